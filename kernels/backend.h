@@ -1,0 +1,149 @@
+/* backend.h — the op interface every compute backend implements (cf. ggml's backend_i,
+ * SQLite's sqlite3_io_methods).
+ *
+ * Contract
+ * - Layout is NHWC for activations; conv weights are KRSC ([out][kh][kw][in]); linear weights
+ *   are [out][in]. Activations, activation gradients and the working weight copy are stored in
+ *   the op's dtype `dt` (f32, f16 or bf16); everything else (bias, batch-norm parameters and
+ *   statistics, weight gradients, optimizer state, loss) is f32. Arithmetic is f32.
+ * - Pointers are device pointers of this backend (host memory for the CPU backend). Ops are
+ *   enqueued in order on the backend's one stream; `sync` waits for them.
+ * - `beta` on a gradient output: 0 overwrites it, 1 adds to it (a tensor with several
+ *   consumers receives several contributions). Weight/bias gradients are always added (they are
+ *   zeroed once per optimizer step).
+ * - Workspace: each op that needs scratch says how much through `*_ws`; the caller (the memory
+ *   planner) passes at least that much. Ops never allocate.
+ * - Errors: ops return 0 or a negative TQ_E* status with a message via tq_backend_error();
+ *   they never exit(). One backend object is used by one thread.
+ */
+#ifndef TQ_BACKEND_H
+#define TQ_BACKEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "common/tq_common.h"
+
+enum { TQ_OK = 0, TQ_EINVAL = -1, TQ_ENOMEM = -2, TQ_EIO = -3, TQ_EDATA = -4, TQ_EDEVICE = -5,
+       TQ_ECANCEL = -6 };
+
+typedef struct { int n, h, w, c; } tq_shape;        /* NHWC */
+static inline size_t tq_shape_numel(tq_shape s) { return (size_t)s.n * s.h * s.w * s.c; }
+
+typedef struct {
+    tq_shape x;          /* input shape */
+    int k, r, s;         /* output channels, kernel height, kernel width */
+    int stride, pad;     /* same in both spatial dims */
+} tq_conv_desc;
+static inline int tq_conv_out(int in, int k, int stride, int pad) { return (in + 2 * pad - k) / stride + 1; }
+static inline tq_shape tq_conv_yshape(const tq_conv_desc *d) {
+    tq_shape y = { d->x.n, tq_conv_out(d->x.h, d->r, d->stride, d->pad),
+                   tq_conv_out(d->x.w, d->s, d->stride, d->pad), d->k };
+    return y;
+}
+
+/* Augmentation of one sample: crop offset (dy,dx) into the zero-padded image, then flip. */
+typedef struct { int16_t dy, dx; uint8_t flip; } tq_aug;
+
+typedef struct tq_backend tq_backend;
+
+typedef struct tq_backend_i {
+    const char *name;
+
+    /* memory */
+    void *(*alloc)(tq_backend *, size_t bytes);          /* NULL on failure */
+    void (*free)(tq_backend *, void *p);
+    void (*memset0)(tq_backend *, void *p, size_t bytes);
+    void (*to_device)(tq_backend *, void *dst, const void *src, size_t bytes);
+    void (*to_host)(tq_backend *, void *dst, const void *src, size_t bytes);
+    void (*copy)(tq_backend *, void *dst, const void *src, size_t bytes);
+    void (*sync)(tq_backend *);
+    double (*now_ms)(tq_backend *);                      /* after sync: wall time */
+
+    /* convolution: y = conv(x, w) + bias (bias may be NULL) */
+    size_t (*conv_ws)(tq_backend *, const tq_conv_desc *, tq_dtype dt);   /* max over fwd/bwd */
+    int (*conv_fwd)(tq_backend *, const tq_conv_desc *, tq_dtype dt, void *y, const void *x,
+                    const void *w, const float *bias, void *ws, size_t ws_bytes);
+    int (*conv_bwd_data)(tq_backend *, const tq_conv_desc *, tq_dtype dt, void *dx, float beta,
+                         const void *dy, const void *w, void *ws, size_t ws_bytes);
+    int (*conv_bwd_filter)(tq_backend *, const tq_conv_desc *, tq_dtype dt, float *dw, float *db,
+                           const void *x, const void *dy, void *ws, size_t ws_bytes);
+
+    /* linear: y[n][out] = x[n][in] · w[out][in]^T + bias */
+    size_t (*linear_ws)(tq_backend *, int n, int in, int out, tq_dtype dt);
+    int (*linear_fwd)(tq_backend *, int n, int in, int out, tq_dtype dt, void *y, const void *x,
+                      const void *w, const float *bias, void *ws, size_t ws_bytes);
+    int (*linear_bwd_data)(tq_backend *, int n, int in, int out, tq_dtype dt, void *dx, float beta,
+                           const void *dy, const void *w, void *ws, size_t ws_bytes);
+    int (*linear_bwd_filter)(tq_backend *, int n, int in, int out, tq_dtype dt, float *dw,
+                             float *db, const void *x, const void *dy, void *ws, size_t ws_bytes);
+
+    /* batch-norm over N·H·W per channel. Training: batch statistics (biased variance for the
+     * normalisation), saves mean and 1/sqrt(var+eps), updates running stats with `momentum`
+     * and the unbiased variance. Inference: running statistics. */
+    int (*bn_fwd_train)(tq_backend *, tq_shape, tq_dtype dt, void *y, const void *x,
+                        const float *gamma, const float *beta, float *save_mean,
+                        float *save_invstd, float *run_mean, float *run_var, float momentum,
+                        float eps);
+    int (*bn_fwd_infer)(tq_backend *, tq_shape, tq_dtype dt, void *y, const void *x,
+                        const float *gamma, const float *beta, const float *run_mean,
+                        const float *run_var, float eps);
+    int (*bn_bwd)(tq_backend *, tq_shape, tq_dtype dt, void *dx, float beta_dx, float *dgamma,
+                  float *dbeta, const void *dy, const void *x, const float *gamma,
+                  const float *save_mean, const float *save_invstd);
+
+    /* element-wise */
+    int (*relu_fwd)(tq_backend *, size_t n, tq_dtype dt, void *y, const void *x);
+    int (*relu_bwd)(tq_backend *, size_t n, tq_dtype dt, void *dx, float beta, const void *dy,
+                    const void *y);
+    int (*add_fwd)(tq_backend *, size_t n, tq_dtype dt, void *y, const void *a, const void *b);
+    int (*accumulate)(tq_backend *, size_t n, tq_dtype dt, void *dst, float beta, const void *src);
+
+    /* pooling: max 2×2 stride 2 (backward recomputes the argmax from x), global average */
+    int (*maxpool_fwd)(tq_backend *, tq_shape x, tq_dtype dt, void *y, const void *xp);
+    int (*maxpool_bwd)(tq_backend *, tq_shape x, tq_dtype dt, void *dx, float beta,
+                       const void *dy, const void *xp);
+    int (*avgpool_fwd)(tq_backend *, tq_shape x, tq_dtype dt, void *y, const void *xp);
+    int (*avgpool_bwd)(tq_backend *, tq_shape x, tq_dtype dt, void *dx, float beta,
+                       const void *dy);
+
+    /* softmax cross-entropy, forward and backward in one: out[0] += Σ loss_i (f32, unscaled,
+     * not divided by n), out[1] += number of argmax hits; dlogits = grad_scale·(p − onehot)/n
+     * where grad_scale = loss_scale / accum_steps. */
+    int (*softmax_ce)(tq_backend *, int n, int classes, tq_dtype dt, void *dlogits,
+                      const void *logits, const int32_t *labels, float grad_scale, float *out);
+    /* evaluation: out[0] += Σ loss_i, out[1] += hits */
+    int (*softmax_ce_eval)(tq_backend *, int n, int classes, tq_dtype dt, const void *logits,
+                           const int32_t *labels, float *out);
+
+    /* casts and the flat-buffer passes */
+    int (*cast)(tq_backend *, size_t n, tq_dtype dst_dt, void *dst, tq_dtype src_dt, const void *src);
+    /* g *= inv_scale; *found_inf = 1 (f32 on the device) when any g is inf/NaN */
+    int (*unscale_check)(tq_backend *, size_t n, float *g, float inv_scale, float *found_inf);
+    int (*sgd_step)(tq_backend *, size_t n, float *w, const float *g, float *buf, float lr,
+                    float momentum, float wd, int nesterov);
+    int (*adamw_step)(tq_backend *, size_t n, float *w, const float *g, float *m, float *v,
+                      float lr, float b1, float b2, float eps, float wd, float bc1, float bc2);
+
+    /* data: x[i] = normalize(augment(images[idx[i]])) as dt, labels[i] = lab[idx[i]].
+     * images are uint8 HWC of shape (h,w,c); aug may be NULL (no augmentation); pad is the
+     * crop padding (zero pixels). */
+    int (*load_batch)(tq_backend *, int n, int h, int w, int c, tq_dtype dt, void *x,
+                      int32_t *labels, const uint8_t *images, const uint8_t *lab,
+                      const int32_t *idx, const tq_aug *aug, int pad, const float *mean,
+                      const float *inv_std);
+} tq_backend_i;
+
+struct tq_backend {
+    const tq_backend_i *i;
+    void *ctx;                   /* backend-private */
+    size_t bytes_live, bytes_peak; /* what alloc/free have handed out */
+    int threads;
+    char err[256];
+};
+
+/* The CPU backend (always built). threads <= 0: OpenMP's default. */
+tq_backend *tq_cpu_backend_new(int threads);
+void tq_backend_free(tq_backend *);
+void tq_backend_seterr(tq_backend *, const char *fmt, ...);
+
+#endif

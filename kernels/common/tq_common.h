@@ -1,0 +1,149 @@
+/* tq_common.h — element-wise math shared by the CPU loops and the CUDA kernels.
+ *
+ * Contract: everything here is `static inline TQ_HD`, pure arithmetic on scalars, no memory
+ * allocation, no globals, callable from any thread. The CPU backend (kernels/cpu) and the CUDA
+ * backend (kernels/cuda) both compile these functions, so the CPU tests test the arithmetic the
+ * GPU runs. Storage types: activations and the reduced weight copy are f32, f16 or bf16 (raw
+ * 16-bit patterns here, so no compiler half type is needed); everything computes in f32.
+ */
+#ifndef TQ_COMMON_H
+#define TQ_COMMON_H
+
+#include <stdint.h>
+#include <stddef.h>
+#include <math.h>
+
+#if defined(__CUDACC__)
+#define TQ_HD __host__ __device__
+#else
+#define TQ_HD
+#endif
+
+typedef enum { TQ_F32 = 0, TQ_F16 = 1, TQ_BF16 = 2 } tq_dtype;
+
+static inline TQ_HD size_t tq_dtype_size(tq_dtype dt) { return dt == TQ_F32 ? 4 : 2; }
+
+static inline TQ_HD uint32_t tq_f32_bits(float f) { union { float f; uint32_t u; } v; v.f = f; return v.u; }
+static inline TQ_HD float tq_bits_f32(uint32_t u) { union { float f; uint32_t u; } v; v.u = u; return v.f; }
+
+/* bf16: the top 16 bits of an f32, rounded to nearest even; NaN stays NaN. */
+static inline TQ_HD uint16_t tq_f32_to_bf16(float f) {
+    uint32_t u = tq_f32_bits(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+static inline TQ_HD float tq_bf16_to_f32(uint16_t h) { return tq_bits_f32((uint32_t)h << 16); }
+
+/* IEEE binary16, round to nearest even, overflow to inf, gradual underflow (what a GPU's
+ * __float2half_rn does). */
+static inline TQ_HD uint16_t tq_f32_to_f16(float f) {
+    uint32_t u = tq_f32_bits(f);
+    uint32_t sign = (u >> 16) & 0x8000u;
+    uint32_t a = u & 0x7fffffffu;
+    if (a >= 0x7f800000u) return (uint16_t)(sign | 0x7c00u | (a > 0x7f800000u ? 0x200u : 0));
+    if (a >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u);          /* rounds to >= 65520: inf */
+    if (a < 0x38800000u) {                                           /* subnormal or zero */
+        if (a < 0x33000000u) return (uint16_t)sign;                   /* < 2^-25: zero */
+        uint32_t m = (a & 0x7fffffu) | 0x800000u;
+        int e = (int)(a >> 23);                                       /* 102..112 */
+        int shift = 126 - e;                                          /* 14..24 */
+        uint32_t r = m >> shift;
+        uint32_t rem = m & ((1u << shift) - 1u), half = 1u << (shift - 1);
+        if (rem > half || (rem == half && (r & 1u))) r++;
+        return (uint16_t)(sign | r);
+    }
+    uint32_t r = a - 0x38000000u;                                    /* rebias 127 -> 15 */
+    r += 0xfffu + ((r >> 13) & 1u);
+    return (uint16_t)(sign | (r >> 13));
+}
+static inline TQ_HD float tq_f16_to_f32(uint16_t h) {
+    uint32_t sign = ((uint32_t)h & 0x8000u) << 16;
+    uint32_t e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
+    if (e == 0x1f) return tq_bits_f32(sign | 0x7f800000u | (m << 13));
+    if (e == 0) {
+        if (m == 0) return tq_bits_f32(sign);
+        float v = (float)m * 5.9604644775390625e-8f;                  /* m * 2^-24 */
+        return sign ? -v : v;
+    }
+    return tq_bits_f32(sign | ((e + 112u) << 23) | (m << 13));
+}
+
+/* Load/store one element of a storage dtype as f32. */
+static inline TQ_HD float tq_ld(const void *p, tq_dtype dt, size_t i) {
+    if (dt == TQ_F32) return ((const float *)p)[i];
+    if (dt == TQ_F16) return tq_f16_to_f32(((const uint16_t *)p)[i]);
+    return tq_bf16_to_f32(((const uint16_t *)p)[i]);
+}
+static inline TQ_HD void tq_st(void *p, tq_dtype dt, size_t i, float v) {
+    if (dt == TQ_F32) ((float *)p)[i] = v;
+    else if (dt == TQ_F16) ((uint16_t *)p)[i] = tq_f32_to_f16(v);
+    else ((uint16_t *)p)[i] = tq_f32_to_bf16(v);
+}
+/* The value f32 `v` has once stored in `dt` (rounding emulation). */
+static inline TQ_HD float tq_round_to(tq_dtype dt, float v) {
+    if (dt == TQ_F32) return v;
+    if (dt == TQ_F16) return tq_f16_to_f32(tq_f32_to_f16(v));
+    return tq_bf16_to_f32(tq_f32_to_bf16(v));
+}
+
+static inline TQ_HD int tq_isfinite(float v) { return (tq_f32_bits(v) & 0x7f800000u) != 0x7f800000u; }
+
+/* ---- optimizers, one parameter at a time (torch.optim semantics) ---- */
+
+/* torch.optim.SGD (dampening 0): g += wd*w; buf = mom*buf + g; g = nesterov ? g + mom*buf : buf;
+ * w -= lr*g. With momentum 0 the buffer is untouched. */
+static inline TQ_HD void tq_sgd_1(float *w, float g, float *buf, float lr, float mom, float wd,
+                                  int nesterov) {
+    g += wd * *w;
+    if (mom != 0.0f) {
+        float b = mom * *buf + g;
+        *buf = b;
+        g = nesterov ? g + mom * b : b;
+    }
+    *w -= lr * g;
+}
+
+/* torch.optim.AdamW: w *= 1 - lr*wd; m,v moments; step t (1-based) bias corrections
+ * bc1 = 1 - b1^t, bc2 = 1 - b2^t given by the caller. */
+static inline TQ_HD void tq_adamw_1(float *w, float g, float *m, float *v, float lr, float b1,
+                                    float b2, float eps, float wd, float bc1, float bc2) {
+    *w *= 1.0f - lr * wd;
+    float mm = b1 * *m + (1.0f - b1) * g;
+    float vv = b2 * *v + (1.0f - b2) * g * g;
+    *m = mm; *v = vv;
+    float denom = sqrtf(vv) / sqrtf(bc2) + eps;
+    *w -= (lr / bc1) * mm / denom;
+}
+
+/* ---- batch-norm pieces ---- */
+static inline TQ_HD float tq_bn_norm(float x, float mean, float invstd, float g, float b) {
+    return (x - mean) * invstd * g + b;
+}
+/* dx for one element given the per-channel sums dbeta = Σdy, dgamma = Σdy·x̂ over m elements. */
+static inline TQ_HD float tq_bn_dx(float dy, float xhat, float g, float invstd, float dbeta,
+                                   float dgamma, float inv_m) {
+    return g * invstd * (dy - inv_m * dbeta - xhat * inv_m * dgamma);
+}
+
+/* ---- input normalisation and augmentation ---- */
+static inline TQ_HD float tq_normalize_px(uint8_t px, float mean, float inv_std) {
+    return ((float)px * (1.0f / 255.0f) - mean) * inv_std;
+}
+
+/* ---- GradScaler update (torch._amp_update_scale_) ----
+ * found_inf: scale *= backoff, tracker = 0. Otherwise tracker+1; at growth_interval the scale
+ * grows, but only to a finite value, and the tracker resets. */
+static inline TQ_HD void tq_scaler_update(float *scale, int *tracker, int found_inf, float growth,
+                                          float backoff, int interval) {
+    if (found_inf) { *scale *= backoff; *tracker = 0; return; }
+    int t = *tracker + 1;
+    if (t >= interval) {
+        float s = *scale * growth;
+        if (tq_isfinite(s)) *scale = s;
+        t = 0;
+    }
+    *tracker = t;
+}
+
+#endif

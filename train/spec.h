@@ -1,0 +1,79 @@
+/* spec.h — the job spec of CONTRACT.md: parse and validate JSON into a tq_spec with every
+ * default filled in, and render it back as JSON.
+ *
+ * Contract: tq_spec_parse never exits and never prints; on a bad spec it returns TQ_SPEC_BAD
+ * and fills `err` with the offending field's name (dotted for nested fields:
+ * "optimizer.lr") and a message that names the problem ("batch_size must be an integer in
+ * 1…65536, got 0"). Unknown fields, wrong types and out-of-range values are all errors.
+ * The struct owns no heap memory. Thread-safe (no globals). */
+#ifndef TQ_SPEC_H
+#define TQ_SPEC_H
+#include <stdint.h>
+#include "common/tq_common.h"
+
+#define TQ_PATH_MAX 1024
+
+typedef enum { TQ_MODEL_MLP, TQ_MODEL_CNN, TQ_MODEL_RESNET20, TQ_MODEL_RESNET18,
+               TQ_MODEL_RESNET50 } tq_model_kind;
+typedef enum { TQ_DATA_FASHION_MNIST, TQ_DATA_CIFAR10, TQ_DATA_SYNTHETIC } tq_data_kind;
+typedef enum { TQ_AMP_OFF = 0, TQ_AMP_FP16 = 1, TQ_AMP_BF16 = 2 } tq_amp;
+typedef enum { TQ_OPT_SGD, TQ_OPT_ADAMW } tq_opt_kind;
+typedef enum { TQ_SCHED_CONSTANT, TQ_SCHED_COSINE, TQ_SCHED_STEP, TQ_SCHED_ONECYCLE } tq_sched_kind;
+
+typedef struct {
+    char name[129];
+    tq_model_kind model;
+    tq_data_kind dataset;
+    char data_dir[TQ_PATH_MAX];       /* "" → the dataset's default */
+    int batch_size;                   /* 1…65536, default 32 */
+    int accum_steps;                  /* 1…1024, default 1 */
+    tq_amp amp;
+    int64_t steps;                    /* 0 when epochs is used */
+    double epochs;                    /* 0 when steps is used; default 1 */
+    struct {
+        tq_opt_kind type;
+        double lr, momentum, weight_decay, beta1, beta2, eps;
+        int nesterov;
+    } optimizer;   /* sgd defaults: lr .05, momentum .9, nesterov true, wd 5e-4;
+                      adamw defaults: lr 1e-3, betas (.9,.999), eps 1e-8, wd 1e-2 */
+    struct {
+        tq_sched_kind type;
+        int64_t warmup_steps, step_size;   /* step_size default 1000 (step schedule) */
+        double gamma;                      /* default 0.1 */
+    } lr_schedule;
+    struct { double init, growth_factor, backoff_factor; int growth_interval; } loss_scale;
+    uint64_t seed;
+    int shuffle;                      /* default 1 */
+    int augment;                      /* default: 1 for cifar10, else 0 */
+    int64_t train_subset, eval_subset; /* 0: all */
+    int64_t eval_every;               /* 0: end of each epoch and of the job */
+    int64_t checkpoint_every;         /* default 500 */
+    char init_from[TQ_PATH_MAX];      /* "" none */
+    char device[16];                  /* auto | cpu | cuda | cuda:N */
+    int64_t max_memory_mb;            /* 0 none */
+    int priority;                     /* -100…100 */
+    char submission_id[129];          /* "" none */
+    int64_t timeout_s;                /* 0 none */
+    int cudnn_benchmark;              /* default 1 */
+    double prune_amount;              /* < 0 none; 0…0.95 */
+    int quantize_int8;                /* 0/1 */
+    struct { int64_t train, test; int h, w, c; } synthetic; /* defaults 10000, 2000, 32, 32, 3 */
+    int threads;                      /* CPU threads, 0 = all cores (addition to the contract) */
+} tq_spec;
+
+typedef struct { char field[64]; char message[256]; } tq_spec_err;
+
+enum { TQ_SPEC_OK = 0, TQ_SPEC_BAD = 1 };
+
+void tq_spec_defaults(tq_spec *s);
+int tq_spec_parse(tq_spec *s, const char *json, tq_spec_err *err);
+/* malloc'd JSON text of the full spec (defaults filled in); NULL on OOM. Parsing it again
+ * gives the same spec. */
+char *tq_spec_to_json(const tq_spec *s);
+
+const char *tq_model_name(tq_model_kind);
+const char *tq_dataset_name(tq_data_kind);
+const char *tq_amp_name(tq_amp);
+static inline tq_dtype tq_amp_dtype(tq_amp a) { return a == TQ_AMP_FP16 ? TQ_F16 : a == TQ_AMP_BF16 ? TQ_BF16 : TQ_F32; }
+
+#endif
