@@ -1,0 +1,215 @@
+/* main.c — the trainq command line: run, plan, devices, version (CONTRACT.md). */
+#include "trainer.h"
+#include "report.h"
+#include "spec.h"
+#include "../schema/store.h"
+#include "util.h"
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define TQ_VERSION "0.1.0"
+
+static void usage(FILE *f) {
+    fprintf(f,
+        "usage: trainq run SPEC.json [--db PATH] [--out DIR] [--resume] [--quiet]\n"
+        "       trainq plan SPEC.json\n"
+        "       trainq devices\n"
+        "       trainq version\n");
+}
+
+static char *read_file(const char *path, char *err, size_t errlen) {
+    FILE *f = strcmp(path, "-") ? fopen(path, "rb") : stdin;
+    if (!f) { snprintf(err, errlen, "cannot open spec %s: %s", path, strerror(errno)); return NULL; }
+    size_t cap = 4096, n = 0;
+    char *buf = malloc(cap);
+    while (buf) {
+        size_t got = fread(buf + n, 1, cap - n - 1, f);
+        n += got;
+        if (n < cap - 1) break;
+        if (cap > (1u << 24)) { free(buf); buf = NULL; snprintf(err, errlen, "spec %s is larger than 16 MiB", path); break; }
+        char *nb = realloc(buf, cap *= 2);
+        if (!nb) { free(buf); buf = NULL; }
+        buf = nb;
+    }
+    if (buf) buf[n] = 0;
+    if (f != stdin) fclose(f);
+    return buf;
+}
+
+/* exit 2 with a message naming the field */
+static int load_spec(const char *path, tq_spec *sp) {
+    char err[512];
+    char *text = read_file(path, err, sizeof err);
+    if (!text) { fprintf(stderr, "trainq: %s\n", err); return 2; }
+    tq_spec_err se;
+    int rc = tq_spec_parse(sp, text, &se);
+    free(text);
+    if (rc) {
+        if (se.field[0]) fprintf(stderr, "trainq: invalid spec %s: field \"%s\": %s\n", path, se.field, se.message);
+        else fprintf(stderr, "trainq: invalid spec %s: %s\n", path, se.message);
+        return 2;
+    }
+    return 0;
+}
+
+static void print_json(cJSON *o) {
+    char *s = cJSON_PrintUnformatted(o);
+    if (s) { fputs(s, stdout); fputc('\n', stdout); fflush(stdout); }
+    cJSON_free(s);
+    cJSON_Delete(o);
+}
+
+/* ---- trainq run: progress on stderr, records to SQLite ---- */
+typedef struct {
+    tq_store *db;
+    int64_t job;
+    int tty, quiet;
+    double last_print;
+    double t0;
+    volatile sig_atomic_t *stop;
+} run_cb;
+
+static volatile sig_atomic_t g_stop;
+static void on_signal(int sig) { (void)sig; g_stop = 1; }
+
+static int cb_step(void *ctx, const tq_step_rec *r) {
+    run_cb *c = ctx;
+    if (c->db && tq_store_add_step(c->db, c->job, r)) {
+        fprintf(stderr, "\ntrainq: database: %s\n", tq_store_errmsg(c->db));
+        return -1;
+    }
+    if (c->quiet) return 0;
+    double now = tq_mono_ms();
+    int last = r->step == r->total_steps;
+    if (!last && now - c->last_print < (c->tty ? 100 : 5000)) return 0;
+    c->last_print = now;
+    double frac = (double)r->step / (double)r->total_steps;
+    double eta = frac > 0 ? (now - c->t0) / 1000.0 * (1 - frac) / frac : 0;
+    if (c->tty) {
+        char bar[31]; int fill = (int)(frac * 30);
+        for (int i = 0; i < 30; i++) bar[i] = i < fill ? '#' : '.';
+        bar[30] = 0;
+        fprintf(stderr, "\r[%s] %lld/%lld  loss %.4f  %.0f samples/s  ETA %.0fs ", bar,
+                (long long)r->step, (long long)r->total_steps, r->loss, r->samples_per_s, eta);
+        if (last) fputc('\n', stderr);
+    } else {
+        fprintf(stderr, "step %lld/%lld epoch %d loss %.4f lr %.4g %.0f samples/s\n", (long long)r->step,
+                (long long)r->total_steps, r->epoch, r->loss, r->lr, r->samples_per_s);
+    }
+    return 0;
+}
+
+static int cb_eval(void *ctx, const tq_eval_rec *r) {
+    run_cb *c = ctx;
+    if (c->db && tq_store_add_eval(c->db, c->job, r)) {
+        fprintf(stderr, "\ntrainq: database: %s\n", tq_store_errmsg(c->db));
+        return -1;
+    }
+    if (!c->quiet)
+        fprintf(stderr, "%seval at step %lld: loss %.4f accuracy %.2f%% (%lld samples)\n", c->tty ? "\n" : "",
+                (long long)r->step, r->loss, 100 * r->accuracy, (long long)r->samples);
+    return 0;
+}
+
+static int cb_stop(void *ctx) { (void)ctx; return g_stop ? 1 : 0; }
+
+static int cmd_run(int argc, char **argv) {
+    const char *spec_path = NULL, *db_path = NULL, *out = NULL;
+    int resume = 0, quiet = 0;
+    for (int i = 0; i < argc; i++) {
+        if (!strcmp(argv[i], "--db") && i + 1 < argc) db_path = argv[++i];
+        else if (!strcmp(argv[i], "--out") && i + 1 < argc) out = argv[++i];
+        else if (!strcmp(argv[i], "--resume")) resume = 1;
+        else if (!strcmp(argv[i], "--quiet")) quiet = 1;
+        else if (argv[i][0] == '-' && argv[i][1]) { fprintf(stderr, "trainq run: unknown option %s\n", argv[i]); usage(stderr); return 2; }
+        else if (!spec_path) spec_path = argv[i];
+        else { fprintf(stderr, "trainq run: unexpected argument %s\n", argv[i]); return 2; }
+    }
+    if (!spec_path) { usage(stderr); return 2; }
+    if (resume && !out) { fprintf(stderr, "trainq run: --resume needs --out DIR (where the checkpoint is)\n"); return 2; }
+    tq_spec sp;
+    int rc = load_spec(spec_path, &sp);
+    if (rc) return rc;
+
+    run_cb c = {0};
+    c.tty = isatty(2); c.quiet = quiet; c.t0 = tq_mono_ms();
+    char err[512];
+    char *spec_json = tq_spec_to_json(&sp);
+    if (db_path) {
+        c.db = tq_store_open(db_path, err, sizeof err);
+        if (!c.db) { fprintf(stderr, "trainq: %s\n", err); free(spec_json); return 1; }
+        c.job = tq_store_insert_job(c.db, sp.name, spec_json, sp.priority,
+                                    sp.submission_id[0] ? sp.submission_id : NULL, "running", err, sizeof err);
+        if (c.job < 0) { fprintf(stderr, "trainq: %s\n", err); tq_store_close(c.db); free(spec_json); return 1; }
+    }
+    free(spec_json);
+    signal(SIGINT, on_signal);
+    signal(SIGTERM, on_signal);
+    tq_run_opts o = {out, resume, {&c, cb_step, cb_eval, cb_stop, NULL}};
+    tq_summary sum;
+    tq_train(&sp, &o, &sum);
+    cJSON *js = tq_summary_json(&sum);
+    if (c.db) {
+        char *s = cJSON_PrintUnformatted(js);
+        if (tq_store_finish_job(c.db, c.job, sum.state, s, sum.error_code[0] ? sum.error_code : NULL,
+                                sum.error_message[0] ? sum.error_message : NULL))
+            fprintf(stderr, "trainq: database: %s\n", tq_store_errmsg(c.db));
+        cJSON_free(s);
+        tq_store_close(c.db);
+    }
+    if (sum.error_code[0]) fprintf(stderr, "trainq: job failed: %s: %s\n", sum.error_code, sum.error_message);
+    print_json(js);
+    return strcmp(sum.state, "failed") ? 0 : 1;
+}
+
+static int cmd_plan(int argc, char **argv) {
+    if (argc != 1) { usage(stderr); return 2; }
+    tq_spec sp;
+    int rc = load_spec(argv[0], &sp);
+    if (rc) return rc;
+    tq_plan_report rep;
+    char code[32], err[512];
+    if (tq_plan_spec(&sp, &rep, code, sizeof code, err, sizeof err)) {
+        fprintf(stderr, "trainq plan: %s: %s\n", code, err);
+        return 1;
+    }
+    cJSON *o = tq_plan_json(&rep.plan, rep.model, rep.amp, rep.batch_size);
+    cJSON_AddNumberToObject(o, "accum_steps", sp.accum_steps);
+    print_json(o);
+    return 0;
+}
+
+static int cmd_devices(void) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON *arr = cJSON_AddArrayToObject(o, "devices");
+    cJSON *d = cJSON_CreateObject();
+    cJSON_AddStringToObject(d, "id", "cpu");
+    cJSON_AddStringToObject(d, "backend", "cpu");
+    long pages = sysconf(_SC_PHYS_PAGES), avail = sysconf(_SC_AVPHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
+    cJSON_AddNumberToObject(d, "memory_total_bytes", (double)pages * psz);
+    cJSON_AddNumberToObject(d, "memory_free_bytes", (double)avail * psz);
+    cJSON_AddNumberToObject(d, "threads", (double)sysconf(_SC_NPROCESSORS_ONLN));
+    cJSON_AddItemToArray(arr, d);
+    cJSON_AddStringToObject(o, "cuda", "not built: this trainq was compiled without the CUDA backend");
+    fprintf(stderr, "cuda: not available (this build has no CUDA backend)\n");
+    print_json(o);
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) { usage(stderr); return 2; }
+    const char *cmd = argv[1];
+    if (!strcmp(cmd, "run")) return cmd_run(argc - 2, argv + 2);
+    if (!strcmp(cmd, "plan")) return cmd_plan(argc - 2, argv + 2);
+    if (!strcmp(cmd, "devices")) return cmd_devices();
+    if (!strcmp(cmd, "version") || !strcmp(cmd, "--version")) { printf("trainq %s\n", TQ_VERSION); return 0; }
+    if (!strcmp(cmd, "help") || !strcmp(cmd, "--help") || !strcmp(cmd, "-h")) { usage(stdout); return 0; }
+    fprintf(stderr, "trainq: unknown command \"%s\"\n", cmd);
+    usage(stderr);
+    return 2;
+}

@@ -1,0 +1,242 @@
+/* cpu_bn.c — per-channel reductions and batch-norm (NHWC: channels contiguous, M = N·H·W rows).
+ *
+ * The statistics are summed in double. Reductions are cut into (row segment × 16-channel block)
+ * tasks whose partial sums are combined in a fixed order, so results do not depend on the
+ * thread count. Channels are processed in groups of TQ_CGROUP so that every per-channel
+ * scratch array is a bounded stack array.
+ */
+#include <math.h>
+#include <string.h>
+
+#include "cpu/cpu_internal.h"
+
+#define RED_CB 16        /* channels per reduction task */
+#define RED_SEG_ROWS 4096
+#define RED_MAXSEG 16
+#define RED_PART 2048    /* partial sums kept on the stack: nseg·cw <= RED_PART */
+#define ROW_BLK 256      /* rows per dtype dispatch in the element passes */
+
+TQ_ALWAYS_INLINE void red_task(tq_dtype dt, tq_red_mode mode, size_t r0, size_t r1, size_t ld,
+                               size_t col, int jw, const void *a, const void *b,
+                               const float *off, double *o0, double *o1) {
+    double acc0[RED_CB], acc1[RED_CB], of[RED_CB];
+    for (int j = 0; j < jw; j++) { acc0[j] = 0; acc1[j] = 0; of[j] = off ? off[j] : 0.0; }
+    for (size_t r = r0; r < r1; r++) {
+        size_t base = r * ld + col;
+        for (int j = 0; j < jw; j++) {
+            double va = tq_ld(a, dt, base + j);
+            if (mode == TQ_RED_SUM) {
+                acc0[j] += va;
+            } else if (mode == TQ_RED_SHSQ) {
+                double d = va - of[j];
+                acc0[j] += d;
+                acc1[j] += d * d;
+            } else {
+                double vb = tq_ld(b, dt, base + j);
+                acc0[j] += va;
+                acc1[j] += va * (vb - of[j]);
+            }
+        }
+    }
+    for (int j = 0; j < jw; j++) {
+        o0[j] = acc0[j];
+        if (mode != TQ_RED_SUM) o1[j] = acc1[j];
+    }
+}
+
+#define RED_MODE_CALL(DT, mode, ...)                                                  \
+    do {                                                                              \
+        if ((mode) == TQ_RED_SUM) red_task(DT, TQ_RED_SUM, __VA_ARGS__);              \
+        else if ((mode) == TQ_RED_SHSQ) red_task(DT, TQ_RED_SHSQ, __VA_ARGS__);       \
+        else red_task(DT, TQ_RED_DOT, __VA_ARGS__);                                   \
+    } while (0)
+
+void tq_cpu_chan_sums(tq_backend *be, tq_red_mode mode, size_t m, size_t ld, size_t c0, int cw,
+                      tq_dtype dt, const void *a, const void *b, const float *off, double *s0,
+                      double *s1) {
+    int nblk = (cw + RED_CB - 1) / RED_CB;
+    size_t nseg = m / RED_SEG_ROWS;
+    if (nseg > RED_MAXSEG) nseg = RED_MAXSEG;
+    if (nseg > (size_t)(RED_PART / cw)) nseg = (size_t)(RED_PART / cw);
+    if (nseg < 1) nseg = 1;
+    double part0[RED_PART], part1[RED_PART];
+    int ntask = (int)nseg * nblk;
+    int nt = tq_cpu_nt(be);
+    int par = (double)m * cw > TQ_PAR_MIN && ntask > 1;
+#pragma omp parallel for num_threads(nt) schedule(static) if (par)
+    for (int t = 0; t < ntask; t++) {
+        size_t seg = (size_t)(t / nblk);
+        int j0 = (t % nblk) * RED_CB;
+        int jw = cw - j0 < RED_CB ? cw - j0 : RED_CB;
+        size_t r0 = m * seg / nseg, r1 = m * (seg + 1) / nseg;
+        double *o0 = nseg == 1 ? s0 + j0 : part0 + seg * cw + j0;
+        double *o1 = mode == TQ_RED_SUM ? NULL : nseg == 1 ? s1 + j0 : part1 + seg * cw + j0;
+        const float *of = off ? off + j0 : NULL;
+        size_t col = c0 + (size_t)j0;
+        if (dt == TQ_F32) RED_MODE_CALL(TQ_F32, mode, r0, r1, ld, col, jw, a, b, of, o0, o1);
+        else if (dt == TQ_F16) RED_MODE_CALL(TQ_F16, mode, r0, r1, ld, col, jw, a, b, of, o0, o1);
+        else RED_MODE_CALL(TQ_BF16, mode, r0, r1, ld, col, jw, a, b, of, o0, o1);
+    }
+    if (nseg > 1) {
+        for (int j = 0; j < cw; j++) {
+            double t0 = 0, t1 = 0;
+            for (size_t sg = 0; sg < nseg; sg++) {
+                t0 += part0[sg * cw + j];
+                if (mode != TQ_RED_SUM) t1 += part1[sg * cw + j];
+            }
+            s0[j] = t0;
+            if (mode != TQ_RED_SUM) s1[j] = t1;
+        }
+    }
+}
+
+/* y = (x − mu)·is·g + b over rows [r0,r1) of the channel window [c0, c0+cw). */
+TQ_ALWAYS_INLINE void norm_rows(tq_dtype dt, size_t r0, size_t r1, size_t ld, size_t c0, int cw,
+                                void *y, const void *x, const float *mu, const float *is,
+                                const float *g, const float *b) {
+    for (size_t r = r0; r < r1; r++) {
+        size_t base = r * ld + c0;
+        for (int j = 0; j < cw; j++)
+            tq_st(y, dt, base + j, tq_bn_norm(tq_ld(x, dt, base + j), mu[j], is[j], g[j], b[j]));
+    }
+}
+
+static void norm_pass(tq_backend *be, tq_dtype dt, size_t m, size_t ld, size_t c0, int cw,
+                      void *y, const void *x, const float *mu, const float *is, const float *g,
+                      const float *b) {
+    size_t nrb = (m + ROW_BLK - 1) / ROW_BLK;
+    int nt = tq_cpu_nt(be);
+    int par = (double)m * cw > TQ_PAR_MIN;
+#pragma omp parallel for num_threads(nt) schedule(static) if (par)
+    for (size_t rb = 0; rb < nrb; rb++) {
+        size_t r0 = rb * ROW_BLK, r1 = r0 + ROW_BLK < m ? r0 + ROW_BLK : m;
+        TQ_DT_CALL(dt, norm_rows, r0, r1, ld, c0, cw, y, x, mu, is, g, b);
+    }
+}
+
+static void load_affine(const float *gamma, const float *beta, size_t c0, int cw, float *g,
+                        float *b) {
+    for (int j = 0; j < cw; j++) {
+        g[j] = gamma ? gamma[c0 + j] : 1.0f;
+        b[j] = beta ? beta[c0 + j] : 0.0f;
+    }
+}
+
+int tq_cpu_bn_fwd_train(tq_backend *be, tq_shape s, tq_dtype dt, void *y, const void *x,
+                        const float *gamma, const float *beta, float *save_mean,
+                        float *save_invstd, float *run_mean, float *run_var, float momentum,
+                        float eps) {
+    int rc = tq_cpu_check_shape(be, "bn_fwd_train", s, dt);
+    if (rc) return rc;
+    size_t m = (size_t)s.n * s.h * s.w, C = (size_t)s.c;
+    if (m < 2) {
+        tq_backend_seterr(be, "bn_fwd_train: need more than 1 value per channel (N·H·W = %zu)", m);
+        return TQ_EINVAL;
+    }
+    if (!save_mean || !save_invstd) {
+        tq_backend_seterr(be, "bn_fwd_train: save_mean/save_invstd missing");
+        return TQ_EINVAL;
+    }
+    double dm = (double)m;
+    for (size_t c0 = 0; c0 < C; c0 += TQ_CGROUP) {
+        int cw = C - c0 < TQ_CGROUP ? (int)(C - c0) : TQ_CGROUP;
+        float off[TQ_CGROUP], is[TQ_CGROUP], g[TQ_CGROUP], b[TQ_CGROUP];
+        double s0[TQ_CGROUP], s1[TQ_CGROUP];
+        for (int j = 0; j < cw; j++) off[j] = tq_ld(x, dt, c0 + j);   /* shift: row 0 */
+        tq_cpu_chan_sums(be, TQ_RED_SHSQ, m, C, c0, cw, dt, x, NULL, off, s0, s1);
+        for (int j = 0; j < cw; j++) {
+            double d = s0[j] / dm;
+            double mean = (double)off[j] + d;
+            double var = s1[j] / dm - d * d;
+            if (var < 0) var = 0;
+            save_mean[c0 + j] = (float)mean;
+            save_invstd[c0 + j] = (float)(1.0 / sqrt(var + (double)eps));
+            if (run_mean)
+                run_mean[c0 + j] = (1.0f - momentum) * run_mean[c0 + j] + momentum * (float)mean;
+            if (run_var)
+                run_var[c0 + j] = (1.0f - momentum) * run_var[c0 + j] +
+                                  momentum * (float)(var * dm / (dm - 1.0));
+            is[j] = save_invstd[c0 + j];
+        }
+        load_affine(gamma, beta, c0, cw, g, b);
+        norm_pass(be, dt, m, C, c0, cw, y, x, save_mean + c0, is, g, b);
+    }
+    return TQ_OK;
+}
+
+int tq_cpu_bn_fwd_infer(tq_backend *be, tq_shape s, tq_dtype dt, void *y, const void *x,
+                        const float *gamma, const float *beta, const float *run_mean,
+                        const float *run_var, float eps) {
+    int rc = tq_cpu_check_shape(be, "bn_fwd_infer", s, dt);
+    if (rc) return rc;
+    if (!run_mean || !run_var) {
+        tq_backend_seterr(be, "bn_fwd_infer: running statistics missing");
+        return TQ_EINVAL;
+    }
+    size_t m = (size_t)s.n * s.h * s.w, C = (size_t)s.c;
+    for (size_t c0 = 0; c0 < C; c0 += TQ_CGROUP) {
+        int cw = C - c0 < TQ_CGROUP ? (int)(C - c0) : TQ_CGROUP;
+        float is[TQ_CGROUP], g[TQ_CGROUP], b[TQ_CGROUP];
+        for (int j = 0; j < cw; j++) is[j] = 1.0f / sqrtf(run_var[c0 + j] + eps);
+        load_affine(gamma, beta, c0, cw, g, b);
+        norm_pass(be, dt, m, C, c0, cw, y, x, run_mean + c0, is, g, b);
+    }
+    return TQ_OK;
+}
+
+/* dx over rows [r0,r1) of a channel window, given this batch's per-channel sums. */
+TQ_ALWAYS_INLINE void bn_dx_rows(tq_dtype dt, size_t r0, size_t r1, size_t ld, size_t c0,
+                                 int cw, void *dx, float beta_dx, const void *dy, const void *x,
+                                 const float *mu, const float *is, const float *g,
+                                 const float *sdb, const float *sdg, float inv_m) {
+    for (size_t r = r0; r < r1; r++) {
+        size_t base = r * ld + c0;
+        for (int j = 0; j < cw; j++) {
+            float xh = (tq_ld(x, dt, base + j) - mu[j]) * is[j];
+            float v = tq_bn_dx(tq_ld(dy, dt, base + j), xh, g[j], is[j], sdb[j], sdg[j], inv_m);
+            if (beta_dx != 0.0f) v += beta_dx * tq_ld(dx, dt, base + j);
+            tq_st(dx, dt, base + j, v);
+        }
+    }
+}
+
+int tq_cpu_bn_bwd(tq_backend *be, tq_shape s, tq_dtype dt, void *dx, float beta_dx,
+                  float *dgamma, float *dbeta, const void *dy, const void *x, const float *gamma,
+                  const float *save_mean, const float *save_invstd) {
+    int rc = tq_cpu_check_shape(be, "bn_bwd", s, dt);
+    if (rc) return rc;
+    if (!save_mean || !save_invstd) {
+        tq_backend_seterr(be, "bn_bwd: saved statistics missing");
+        return TQ_EINVAL;
+    }
+    size_t m = (size_t)s.n * s.h * s.w, C = (size_t)s.c;
+    float inv_m = (float)(1.0 / (double)m);
+    int nt = tq_cpu_nt(be);
+    for (size_t c0 = 0; c0 < C; c0 += TQ_CGROUP) {
+        int cw = C - c0 < TQ_CGROUP ? (int)(C - c0) : TQ_CGROUP;
+        float g[TQ_CGROUP], sdb[TQ_CGROUP], sdg[TQ_CGROUP], unused[TQ_CGROUP];
+        double s0[TQ_CGROUP], s1[TQ_CGROUP];
+        const float *mu = save_mean + c0, *is = save_invstd + c0;
+        tq_cpu_chan_sums(be, TQ_RED_DOT, m, C, c0, cw, dt, dy, x, mu, s0, s1);
+        for (int j = 0; j < cw; j++) {
+            sdb[j] = (float)s0[j];
+            sdg[j] = (float)(s1[j] * (double)is[j]);
+        }
+        load_affine(gamma, NULL, c0, cw, g, unused);
+        if (dx) {
+            size_t nrb = (m + ROW_BLK - 1) / ROW_BLK;
+            int par = (double)m * cw > TQ_PAR_MIN;
+#pragma omp parallel for num_threads(nt) schedule(static) if (par)
+            for (size_t rb = 0; rb < nrb; rb++) {
+                size_t r0 = rb * ROW_BLK, r1 = r0 + ROW_BLK < m ? r0 + ROW_BLK : m;
+                TQ_DT_CALL(dt, bn_dx_rows, r0, r1, C, c0, cw, dx, beta_dx, dy, x, mu, is, g, sdb,
+                           sdg, inv_m);
+            }
+        }
+        for (int j = 0; j < cw; j++) {
+            if (dgamma) dgamma[c0 + j] += sdg[j];
+            if (dbeta) dbeta[c0 + j] += sdb[j];
+        }
+    }
+    return TQ_OK;
+}

@@ -1,0 +1,394 @@
+/* cpu_conv.c — convolution (im2col + SGEMM) and linear (a 1×1 convolution over N×1×1 images).
+ *
+ * Shapes: x [N][H][W][C], w [K][R][S][C] (= [K][RSC]), y [N][P][Q][K].
+ *   fwd:         Y[NPQ][K]   = cols[NPQ][RSC] · W[K][RSC]^T (+ bias)
+ *   bwd_data:    dcols[NPQ][RSC] = dY[NPQ][K] · W[K][RSC], then col2im (gathered per input row,
+ *                so images/rows are independent and the adds happen in a fixed order)
+ *   bwd_filter:  dW[K][RSC] += dY^T · cols,  db[k] += Σ dy[.][k]
+ * Images go in chunks of nb so that the per-chunk scratch stays <= CHUNK_FLOATS (at least one
+ * image). f32 1×1 stride-1 pad-0 convolutions use x/dx directly (no im2col, no workspace).
+ * Threading: one OpenMP team per chunk; every thread does the im2col of its own rows and calls
+ * single-threaded OpenBLAS on its share (rows of Y / dcols; a column range of dW), so exactly
+ * one pool of threads is active (OpenBLAS's own pthread pool next to a spinning OpenMP team on
+ * the same cores was measured 25x slower). cpu_backend.c pins OpenBLAS to one thread.
+ * f16/bf16: w, dy are staged in f32, im2col converts x, outputs are staged in f32 and rounded
+ * once on store.
+ *
+ * Workspace layout (floats, each section rounded up to 16 floats = 64 bytes):
+ *   fwd         f32: cols                 16-bit: wf, cols, yf
+ *   bwd_data    f32: dcols                16-bit: wf, dyf, dcols, dxf
+ *   bwd_filter  f32: cols                 16-bit: dyf, cols
+ * conv_ws returns the maximum of the three, computed by the same layout() the ops use.
+ */
+#include <limits.h>
+#include <string.h>
+#include <cblas.h>
+#include <omp.h>
+
+#include "cpu/cpu_internal.h"
+
+#ifndef CHUNK_FLOATS
+#define CHUNK_FLOATS ((size_t)1 << 19)   /* per-chunk scratch bound, in floats (2 MiB) */
+#endif
+
+enum { OP_FWD, OP_BWD_DATA, OP_BWD_FILTER };
+
+typedef struct {
+    int n, h, w, c, k, r, s, st, pad, p, q;
+    size_t rsc, pq, hwc;
+    int direct;                     /* 1×1, stride 1, pad 0 */
+} cgeom;
+
+typedef struct {
+    int nb;                         /* images per chunk */
+    size_t wf, a, b, d;             /* section offsets (floats) */
+    size_t bytes;
+} clayout;
+
+static int geom(tq_backend *be, const char *op, const tq_conv_desc *d, tq_dtype dt, cgeom *g) {
+    if (!d || !tq_cpu_dt_ok(dt)) {
+        tq_backend_seterr(be, "%s: bad descriptor or dtype", op);
+        return TQ_EINVAL;
+    }
+    g->n = d->x.n; g->h = d->x.h; g->w = d->x.w; g->c = d->x.c;
+    g->k = d->k; g->r = d->r; g->s = d->s; g->st = d->stride; g->pad = d->pad;
+    if (g->n <= 0 || g->h <= 0 || g->w <= 0 || g->c <= 0 || g->k <= 0 || g->r <= 0 || g->s <= 0 ||
+        g->st <= 0 || g->pad < 0 || g->h + 2 * g->pad < g->r || g->w + 2 * g->pad < g->s) {
+        tq_backend_seterr(be, "%s: bad conv x=(%d,%d,%d,%d) k=%d r=%d s=%d stride=%d pad=%d", op,
+                          g->n, g->h, g->w, g->c, g->k, g->r, g->s, g->st, g->pad);
+        return TQ_EINVAL;
+    }
+    g->p = tq_conv_out(g->h, g->r, g->st, g->pad);
+    g->q = tq_conv_out(g->w, g->s, g->st, g->pad);
+    g->rsc = (size_t)g->r * g->s * g->c;
+    g->pq = (size_t)g->p * g->q;
+    g->hwc = (size_t)g->h * g->w * g->c;
+    g->direct = g->r == 1 && g->s == 1 && g->st == 1 && g->pad == 0;
+    if (g->rsc > INT_MAX || (size_t)g->n * g->pq > INT_MAX) {
+        tq_backend_seterr(be, "%s: conv too large for 32-bit GEMM sizes", op);
+        return TQ_EINVAL;
+    }
+    return TQ_OK;
+}
+
+static size_t up16(size_t f) { return (f + 15) / 16 * 16; }
+
+static void layout(const cgeom *g, tq_dtype dt, int op, clayout *L) {
+    int lo = dt != TQ_F32;
+    memset(L, 0, sizeof *L);
+    if (!lo && g->direct) { L->nb = g->n; return; }
+    size_t per = g->pq * g->rsc;                                   /* cols / dcols */
+    if (lo) per += g->pq * (size_t)g->k;                           /* yf / dyf */
+    if (lo && op == OP_BWD_DATA) per += g->hwc;                    /* dxf */
+    size_t nb = CHUNK_FLOATS / per;
+    if (nb < 1) nb = 1;
+    if (nb > (size_t)g->n) nb = (size_t)g->n;
+    L->nb = (int)nb;
+    size_t colsz = up16(nb * g->pq * g->rsc), ysz = up16(nb * g->pq * (size_t)g->k);
+    size_t wsz = up16((size_t)g->k * g->rsc), f = 0;
+    if (!lo) { L->a = 0; f = colsz; }
+    else if (op == OP_FWD) { L->wf = 0; L->a = wsz; L->b = wsz + colsz; f = wsz + colsz + ysz; }
+    else if (op == OP_BWD_DATA) {
+        L->wf = 0; L->b = wsz; L->a = wsz + ysz; L->d = wsz + ysz + colsz;
+        f = L->d + up16(nb * g->hwc);
+    } else { L->b = 0; L->a = ysz; f = ysz + colsz; }
+    L->bytes = f * sizeof(float);
+}
+
+size_t tq_cpu_conv_ws(tq_backend *be, const tq_conv_desc *d, tq_dtype dt) {
+    cgeom g;
+    if (geom(be, "conv_ws", d, dt, &g)) return 0;
+    size_t m = 0;
+    for (int op = OP_FWD; op <= OP_BWD_FILTER; op++) {
+        clayout L;
+        layout(&g, dt, op, &L);
+        if (L.bytes > m) m = L.bytes;
+    }
+    return m;
+}
+
+static int get_layout(tq_backend *be, const char *opname, const tq_conv_desc *d, tq_dtype dt,
+                      int op, size_t ws_bytes, const void *ws, cgeom *g, clayout *L) {
+    int rc = geom(be, opname, d, dt, g);
+    if (rc) return rc;
+    layout(g, dt, op, L);
+    if (ws_bytes < L->bytes || (L->bytes && !ws)) {
+        tq_backend_seterr(be, "%s: workspace too small (%zu < %zu bytes)", opname, ws_bytes,
+                          L->bytes);
+        return TQ_EINVAL;
+    }
+    return TQ_OK;
+}
+
+/* ---- conversions and the im2col / col2im passes ---- */
+
+TQ_ALWAYS_INLINE void cvt_to_f32(tq_dtype dt, float *dst, const void *src, size_t i0, size_t n) {
+    for (size_t i = 0; i < n; i++) dst[i] = tq_ld(src, dt, i0 + i);
+}
+
+/* dst[0..n) = (float) src[i0..i0+n), in parallel for large n. */
+static void to_f32(tq_backend *be, tq_dtype dt, float *dst, const void *src, size_t i0, size_t n) {
+    size_t nblk = (n + TQ_BLK - 1) / TQ_BLK;
+    int nt = tq_cpu_nt(be), par = n > TQ_PAR_MIN;
+#pragma omp parallel for num_threads(nt) schedule(static) if (par)
+    for (size_t b = 0; b < nblk; b++) {
+        size_t a = b * TQ_BLK, len = n - a < TQ_BLK ? n - a : TQ_BLK;
+        TQ_DT_CALL(dt, cvt_to_f32, dst + a, src, i0 + a, len);
+    }
+}
+
+TQ_ALWAYS_INLINE void store_rows(tq_dtype dt, void *dst, size_t i0, const float *src, size_t n) {
+    for (size_t i = 0; i < n; i++) tq_st(dst, dt, i0 + i, src[i]);
+}
+
+/* cols rows [t0, t1) of the chunk starting at image n0 (row t = output pixel (i, p, q)). */
+TQ_ALWAYS_INLINE void im2col_rows(tq_dtype dt, const cgeom *g, const void *x, int n0, size_t t0,
+                                  size_t t1, float *cols) {
+    const int C = g->c, S = g->s;
+    for (size_t t = t0; t < t1; t++) {
+        size_t i = t / g->pq, pq = t % g->pq;
+        int p = (int)(pq / g->q), q = (int)(pq % g->q);
+        float *dst = cols + t * g->rsc;
+        int iw0 = q * g->st - g->pad;
+        int s_lo = iw0 < 0 ? -iw0 : 0, s_hi = g->w - iw0 < S ? g->w - iw0 : S;
+        for (int r = 0; r < g->r; r++, dst += (size_t)S * C) {
+            int ih = p * g->st - g->pad + r;
+            if (ih < 0 || ih >= g->h || s_hi <= s_lo) {
+                memset(dst, 0, (size_t)S * C * sizeof(float));
+                continue;
+            }
+            if (s_lo > 0) memset(dst, 0, (size_t)s_lo * C * sizeof(float));
+            size_t src = ((size_t)n0 + i) * g->hwc + ((size_t)ih * g->w + iw0 + s_lo) * C;
+            size_t len = (size_t)(s_hi - s_lo) * C;
+            if (dt == TQ_F32) memcpy(dst + (size_t)s_lo * C, (const float *)x + src, len * 4);
+            else cvt_to_f32(dt, dst + (size_t)s_lo * C, x, src, len);
+            if (s_hi < S) memset(dst + (size_t)s_hi * C, 0, (size_t)(S - s_hi) * C * sizeof(float));
+        }
+    }
+}
+
+/* col2im for input row ih of chunk image i: acc (W·C floats, first prepared from beta) +=
+ * every dcols entry that maps to it, in a fixed order. */
+static void col2im_row(const cgeom *g, const float *dcols, int i, int ih, float *acc) {
+    const int C = g->c, S = g->s;
+    for (int r = 0; r < g->r; r++) {
+        int t = ih + g->pad - r;
+        if (t < 0 || t % g->st) continue;
+        int p = t / g->st;
+        if (p >= g->p) continue;
+        for (int q = 0; q < g->q; q++) {
+            int iw0 = q * g->st - g->pad;
+            int s_lo = iw0 < 0 ? -iw0 : 0, s_hi = g->w - iw0 < S ? g->w - iw0 : S;
+            if (s_hi <= s_lo) continue;
+            const float *src = dcols + ((size_t)i * g->pq + (size_t)p * g->q + q) * g->rsc +
+                               ((size_t)r * S + s_lo) * C;
+            float *dst = acc + (size_t)(iw0 + s_lo) * C;
+            size_t len = (size_t)(s_hi - s_lo) * C;
+            for (size_t j = 0; j < len; j++) dst[j] += src[j];
+        }
+    }
+}
+
+TQ_ALWAYS_INLINE void mix_store(tq_dtype dt, void *dx, size_t i0, const float *acc, size_t n,
+                                float beta) {
+    if (beta == 0.0f)
+        for (size_t j = 0; j < n; j++) tq_st(dx, dt, i0 + j, acc[j]);
+    else
+        for (size_t j = 0; j < n; j++) tq_st(dx, dt, i0 + j, beta * tq_ld(dx, dt, i0 + j) + acc[j]);
+}
+
+/* Input rows [u0, u1) (u = i·H + ih) of the chunk at image n0: dx = beta·dx + col2im(dcols).
+ * f32 accumulates in dx itself; 16-bit accumulates in stage (nb·HWC floats), rounds once. */
+static void col2im_rows(tq_dtype dt, const cgeom *g, const float *dcols, int n0, size_t u0,
+                        size_t u1, void *dx, float beta, float *stage) {
+    size_t wc = (size_t)g->w * g->c;
+    for (size_t u = u0; u < u1; u++) {
+        int i = (int)(u / g->h), ih = (int)(u % g->h);
+        size_t off = (size_t)n0 * g->hwc + u * wc;
+        if (dt == TQ_F32) {
+            float *acc = (float *)dx + off;
+            if (beta == 0.0f) memset(acc, 0, wc * sizeof(float));
+            else if (beta != 1.0f) for (size_t j = 0; j < wc; j++) acc[j] *= beta;
+            col2im_row(g, dcols, i, ih, acc);
+        } else {
+            float *acc = stage + u * wc;
+            memset(acc, 0, wc * sizeof(float));
+            col2im_row(g, dcols, i, ih, acc);
+            TQ_DT_CALL(dt, mix_store, dx, off, acc, wc, beta);
+        }
+    }
+}
+
+/* ---- threading: one OpenMP team per chunk; each thread runs single-threaded OpenBLAS on its
+ * share (rows for fwd / bwd_data, columns of dW for bwd_filter). ---- */
+
+static void share(size_t n, size_t align, size_t *a, size_t *b) {
+    int T = omp_get_num_threads(), t = omp_get_thread_num();
+    size_t units = (n + align - 1) / align;
+    *a = units * t / T * align;
+    *b = units * (t + 1) / T * align;
+    if (*a > n) *a = n;
+    if (*b > n) *b = n;
+}
+
+static int team(tq_backend *be, double flops) {
+    int nt = tq_cpu_nt(be);
+    return flops < 2e6 ? 1 : nt;
+}
+
+/* ---- the three ops ---- */
+
+static int conv_fwd_impl(tq_backend *be, const char *nm, const tq_conv_desc *d, tq_dtype dt,
+                         void *y, const void *x, const void *w, const float *bias, void *ws,
+                         size_t ws_bytes) {
+    cgeom g; clayout L;
+    int rc = get_layout(be, nm, d, dt, OP_FWD, ws_bytes, ws, &g, &L);
+    if (rc) return rc;
+    const int K = g.k, RSC = (int)g.rsc, direct = dt == TQ_F32 && g.direct;
+    float *wsf = ws;
+    const float *W = dt == TQ_F32 ? (const float *)w : wsf + L.wf;
+    if (dt != TQ_F32) to_f32(be, dt, wsf + L.wf, w, 0, (size_t)K * g.rsc);
+    for (int n0 = 0; n0 < g.n; n0 += L.nb) {
+        int nb = g.n - n0 < L.nb ? g.n - n0 : L.nb;
+        size_t rows = (size_t)nb * g.pq, yoff = (size_t)n0 * g.pq * K;
+        const float *cols = direct ? (const float *)x + (size_t)n0 * g.hwc : wsf + L.a;
+        float *Y = dt == TQ_F32 ? (float *)y + yoff : wsf + L.b;
+#pragma omp parallel num_threads(team(be, 2.0 * rows * K * RSC))
+        {
+            size_t t0, t1;
+            share(rows, 4, &t0, &t1);
+            if (t1 > t0) {
+                if (!direct) TQ_DT_CALL(dt, im2col_rows, &g, x, n0, t0, t1, (float *)cols);
+                if (bias)
+                    for (size_t t = t0; t < t1; t++) memcpy(Y + t * K, bias, (size_t)K * 4);
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)(t1 - t0), K, RSC, 1.0f,
+                            cols + t0 * RSC, RSC, W, RSC, bias ? 1.0f : 0.0f, Y + t0 * K, K);
+                if (dt != TQ_F32)
+                    TQ_DT_CALL(dt, store_rows, y, yoff + t0 * K, Y + t0 * K, (t1 - t0) * K);
+            }
+        }
+    }
+    return TQ_OK;
+}
+
+static int conv_bwd_data_impl(tq_backend *be, const char *nm, const tq_conv_desc *d,
+                              tq_dtype dt, void *dx, float beta, const void *dy, const void *w,
+                              void *ws, size_t ws_bytes) {
+    cgeom g; clayout L;
+    int rc = get_layout(be, nm, d, dt, OP_BWD_DATA, ws_bytes, ws, &g, &L);
+    if (rc) return rc;
+    const int K = g.k, RSC = (int)g.rsc, direct = dt == TQ_F32 && g.direct;
+    float *wsf = ws;
+    const float *W = dt == TQ_F32 ? (const float *)w : wsf + L.wf;
+    if (dt != TQ_F32) to_f32(be, dt, wsf + L.wf, w, 0, (size_t)K * g.rsc);
+    for (int n0 = 0; n0 < g.n; n0 += L.nb) {
+        int nb = g.n - n0 < L.nb ? g.n - n0 : L.nb;
+        size_t rows = (size_t)nb * g.pq, yoff = (size_t)n0 * g.pq * K;
+        float *dcols = direct ? (float *)dx + (size_t)n0 * g.hwc : wsf + L.a;
+        float *DY = dt == TQ_F32 ? (float *)dy + yoff : wsf + L.b;
+#pragma omp parallel num_threads(team(be, 2.0 * rows * K * RSC))
+        {
+            size_t t0, t1;
+            share(rows, 4, &t0, &t1);
+            if (t1 > t0) {
+                if (dt != TQ_F32)
+                    TQ_DT_CALL(dt, cvt_to_f32, DY + t0 * K, dy, yoff + t0 * K, (t1 - t0) * K);
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)(t1 - t0), RSC, K, 1.0f,
+                            DY + t0 * K, K, W, RSC, direct ? beta : 0.0f, dcols + t0 * RSC, RSC);
+            }
+            if (!direct) {
+#pragma omp barrier
+                size_t u0, u1;
+                share((size_t)nb * g.h, 1, &u0, &u1);
+                col2im_rows(dt, &g, dcols, n0, u0, u1, dx, beta, wsf + L.d);
+            }
+        }
+    }
+    return TQ_OK;
+}
+
+static int conv_bwd_filter_impl(tq_backend *be, const char *nm, const tq_conv_desc *d,
+                                tq_dtype dt, float *dw, float *db, const void *x, const void *dy,
+                                void *ws, size_t ws_bytes) {
+    cgeom g; clayout L;
+    int rc = get_layout(be, nm, d, dt, OP_BWD_FILTER, ws_bytes, ws, &g, &L);
+    if (rc) return rc;
+    const int K = g.k, RSC = (int)g.rsc, direct = dt == TQ_F32 && g.direct;
+    float *wsf = ws;
+    if (db) {
+        size_t m = (size_t)g.n * g.pq;
+        for (int c0 = 0; c0 < K; c0 += TQ_CGROUP) {
+            int cw = K - c0 < TQ_CGROUP ? K - c0 : TQ_CGROUP;
+            double s0[TQ_CGROUP];
+            tq_cpu_chan_sums(be, TQ_RED_SUM, m, (size_t)K, (size_t)c0, cw, dt, dy, NULL, NULL, s0,
+                             NULL);
+            for (int j = 0; j < cw; j++) db[c0 + j] += (float)s0[j];
+        }
+    }
+    if (!dw) return TQ_OK;
+    for (int n0 = 0; n0 < g.n; n0 += L.nb) {
+        int nb = g.n - n0 < L.nb ? g.n - n0 : L.nb;
+        size_t rows = (size_t)nb * g.pq, yoff = (size_t)n0 * g.pq * K;
+        const float *cols = direct ? (const float *)x + (size_t)n0 * g.hwc : wsf + L.a;
+        const float *DY = dt == TQ_F32 ? (const float *)dy + yoff : wsf + L.b;
+#pragma omp parallel num_threads(team(be, 2.0 * rows * K * RSC))
+        {
+            size_t t0, t1, j0, j1;
+            if (!direct) {
+                share(rows, 4, &t0, &t1);
+                if (t1 > t0) {
+                    TQ_DT_CALL(dt, im2col_rows, &g, x, n0, t0, t1, (float *)cols);
+                    if (dt != TQ_F32)
+                        TQ_DT_CALL(dt, cvt_to_f32, (float *)DY + t0 * K, dy, yoff + t0 * K,
+                                   (t1 - t0) * K);
+                }
+#pragma omp barrier
+            }
+            share((size_t)RSC, 16, &j0, &j1);
+            if (j1 > j0)
+                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, K, (int)(j1 - j0), (int)rows,
+                            1.0f, DY, K, cols + j0, RSC, 1.0f, dw + j0, RSC);
+        }
+    }
+    return TQ_OK;
+}
+
+int tq_cpu_conv_fwd(tq_backend *be, const tq_conv_desc *d, tq_dtype dt, void *y, const void *x,
+                    const void *w, const float *bias, void *ws, size_t ws_bytes) {
+    return conv_fwd_impl(be, "conv_fwd", d, dt, y, x, w, bias, ws, ws_bytes);
+}
+int tq_cpu_conv_bwd_data(tq_backend *be, const tq_conv_desc *d, tq_dtype dt, void *dx,
+                         float beta, const void *dy, const void *w, void *ws, size_t ws_bytes) {
+    return conv_bwd_data_impl(be, "conv_bwd_data", d, dt, dx, beta, dy, w, ws, ws_bytes);
+}
+int tq_cpu_conv_bwd_filter(tq_backend *be, const tq_conv_desc *d, tq_dtype dt, float *dw,
+                           float *db, const void *x, const void *dy, void *ws, size_t ws_bytes) {
+    return conv_bwd_filter_impl(be, "conv_bwd_filter", d, dt, dw, db, x, dy, ws, ws_bytes);
+}
+
+/* ---- linear = 1×1 convolution over n images of 1×1×in ---- */
+
+static tq_conv_desc lin_desc(int n, int in, int out) {
+    tq_conv_desc d = { { n, 1, 1, in }, out, 1, 1, 1, 0 };
+    return d;
+}
+
+size_t tq_cpu_linear_ws(tq_backend *be, int n, int in, int out, tq_dtype dt) {
+    tq_conv_desc d = lin_desc(n, in, out);
+    return tq_cpu_conv_ws(be, &d, dt);
+}
+int tq_cpu_linear_fwd(tq_backend *be, int n, int in, int out, tq_dtype dt, void *y, const void *x,
+                      const void *w, const float *bias, void *ws, size_t ws_bytes) {
+    tq_conv_desc d = lin_desc(n, in, out);
+    return conv_fwd_impl(be, "linear_fwd", &d, dt, y, x, w, bias, ws, ws_bytes);
+}
+int tq_cpu_linear_bwd_data(tq_backend *be, int n, int in, int out, tq_dtype dt, void *dx,
+                           float beta, const void *dy, const void *w, void *ws, size_t ws_bytes) {
+    tq_conv_desc d = lin_desc(n, in, out);
+    return conv_bwd_data_impl(be, "linear_bwd_data", &d, dt, dx, beta, dy, w, ws, ws_bytes);
+}
+int tq_cpu_linear_bwd_filter(tq_backend *be, int n, int in, int out, tq_dtype dt, float *dw,
+                             float *db, const void *x, const void *dy, void *ws, size_t ws_bytes) {
+    tq_conv_desc d = lin_desc(n, in, out);
+    return conv_bwd_filter_impl(be, "linear_bwd_filter", &d, dt, dw, db, x, dy, ws, ws_bytes);
+}

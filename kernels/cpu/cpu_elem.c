@@ -1,0 +1,162 @@
+/* cpu_elem.c — element-wise ops, casts and the flat-buffer passes (unscale + inf check,
+ * optimizer steps).
+ *
+ * Every loop is cut into TQ_BLK-element blocks; one dtype dispatch per block (the block kernels
+ * are always-inline and get a literal dtype, so the f32 path is a plain vectorisable loop), and
+ * the blocks run in parallel above TQ_PAR_MIN elements. beta == 0 never reads the destination
+ * (a NaN there must not leak through 0·NaN).
+ * ReLU follows PyTorch on NaN: relu(NaN) = NaN and the backward passes dy where y is NaN
+ * (dx = y <= 0 ? 0 : dy), so overflow in fp16 activations still reaches the inf check.
+ */
+#include <string.h>
+
+#include "cpu/cpu_internal.h"
+
+#define BLOCK_LOOP(n, ...)                                                               \
+    do {                                                                                 \
+        size_t nblk_ = ((n) + TQ_BLK - 1) / TQ_BLK;                                      \
+        int nt_ = tq_cpu_nt(be), par_ = (n) > TQ_PAR_MIN;                                \
+        _Pragma("omp parallel for num_threads(nt_) schedule(static) if (par_)")          \
+        for (size_t b_ = 0; b_ < nblk_; b_++) {                                          \
+            size_t i0 = b_ * TQ_BLK, i1 = (n) - i0 < TQ_BLK ? (n) : i0 + TQ_BLK;         \
+            __VA_ARGS__;                                                                 \
+        }                                                                                \
+    } while (0)
+
+static int check_dt(tq_backend *be, const char *op, tq_dtype dt) {
+    if (tq_cpu_dt_ok(dt)) return TQ_OK;
+    tq_backend_seterr(be, "%s: bad dtype %d", op, (int)dt);
+    return TQ_EINVAL;
+}
+
+TQ_ALWAYS_INLINE void k_relu(tq_dtype dt, size_t i0, size_t i1, void *y, const void *x) {
+    for (size_t i = i0; i < i1; i++) {
+        float v = tq_ld(x, dt, i);
+        tq_st(y, dt, i, v <= 0.0f ? 0.0f : v);
+    }
+}
+int tq_cpu_relu_fwd(tq_backend *be, size_t n, tq_dtype dt, void *y, const void *x) {
+    if (check_dt(be, "relu_fwd", dt)) return TQ_EINVAL;
+    BLOCK_LOOP(n, TQ_DT_CALL(dt, k_relu, i0, i1, y, x));
+    return TQ_OK;
+}
+
+TQ_ALWAYS_INLINE void k_relu_bwd(tq_dtype dt, size_t i0, size_t i1, void *dx, float beta,
+                                 const void *dy, const void *y) {
+    for (size_t i = i0; i < i1; i++) {
+        float v = tq_ld(y, dt, i) <= 0.0f ? 0.0f : tq_ld(dy, dt, i);
+        if (beta != 0.0f) v += beta * tq_ld(dx, dt, i);
+        tq_st(dx, dt, i, v);
+    }
+}
+int tq_cpu_relu_bwd(tq_backend *be, size_t n, tq_dtype dt, void *dx, float beta, const void *dy,
+                    const void *y) {
+    if (check_dt(be, "relu_bwd", dt)) return TQ_EINVAL;
+    if (beta == 0.0f) BLOCK_LOOP(n, TQ_DT_CALL(dt, k_relu_bwd, i0, i1, dx, 0.0f, dy, y));
+    else BLOCK_LOOP(n, TQ_DT_CALL(dt, k_relu_bwd, i0, i1, dx, beta, dy, y));
+    return TQ_OK;
+}
+
+TQ_ALWAYS_INLINE void k_add(tq_dtype dt, size_t i0, size_t i1, void *y, const void *a,
+                            const void *b) {
+    for (size_t i = i0; i < i1; i++) tq_st(y, dt, i, tq_ld(a, dt, i) + tq_ld(b, dt, i));
+}
+int tq_cpu_add_fwd(tq_backend *be, size_t n, tq_dtype dt, void *y, const void *a, const void *b) {
+    if (check_dt(be, "add_fwd", dt)) return TQ_EINVAL;
+    BLOCK_LOOP(n, TQ_DT_CALL(dt, k_add, i0, i1, y, a, b));
+    return TQ_OK;
+}
+
+TQ_ALWAYS_INLINE void k_acc(tq_dtype dt, size_t i0, size_t i1, void *dst, float beta,
+                            const void *src) {
+    if (beta == 0.0f)
+        for (size_t i = i0; i < i1; i++) tq_st(dst, dt, i, tq_ld(src, dt, i));
+    else if (beta == 1.0f)
+        for (size_t i = i0; i < i1; i++) tq_st(dst, dt, i, tq_ld(dst, dt, i) + tq_ld(src, dt, i));
+    else
+        for (size_t i = i0; i < i1; i++)
+            tq_st(dst, dt, i, beta * tq_ld(dst, dt, i) + tq_ld(src, dt, i));
+}
+int tq_cpu_accumulate(tq_backend *be, size_t n, tq_dtype dt, void *dst, float beta,
+                      const void *src) {
+    if (check_dt(be, "accumulate", dt)) return TQ_EINVAL;
+    if (beta == 0.0f) {
+        if (dst != src) memmove(dst, src, n * tq_dtype_size(dt));
+        return TQ_OK;
+    }
+    BLOCK_LOOP(n, TQ_DT_CALL(dt, k_acc, i0, i1, dst, beta, src));
+    return TQ_OK;
+}
+
+TQ_ALWAYS_INLINE void k_to_f32(tq_dtype dt, size_t i0, size_t i1, float *dst, const void *src) {
+    for (size_t i = i0; i < i1; i++) dst[i] = tq_ld(src, dt, i);
+}
+TQ_ALWAYS_INLINE void k_from_f32(tq_dtype dt, size_t i0, size_t i1, void *dst, const float *src) {
+    for (size_t i = i0; i < i1; i++) tq_st(dst, dt, i, src[i]);
+}
+static void k_16_16(size_t i0, size_t i1, tq_dtype ddt, void *dst, tq_dtype sdt, const void *src) {
+    for (size_t i = i0; i < i1; i++) tq_st(dst, ddt, i, tq_ld(src, sdt, i));
+}
+int tq_cpu_cast(tq_backend *be, size_t n, tq_dtype dst_dt, void *dst, tq_dtype src_dt,
+                const void *src) {
+    if (check_dt(be, "cast", dst_dt) || check_dt(be, "cast", src_dt)) return TQ_EINVAL;
+    if (dst_dt == src_dt) {
+        if (dst != src && n) memmove(dst, src, n * tq_dtype_size(dst_dt));
+    } else if (dst_dt == TQ_F32) {
+        BLOCK_LOOP(n, TQ_DT_CALL(src_dt, k_to_f32, i0, i1, dst, src));
+    } else if (src_dt == TQ_F32) {
+        BLOCK_LOOP(n, TQ_DT_CALL(dst_dt, k_from_f32, i0, i1, dst, src));
+    } else {
+        BLOCK_LOOP(n, k_16_16(i0, i1, dst_dt, dst, src_dt, src));
+    }
+    return TQ_OK;
+}
+
+/* ---- flat f32 buffers ---- */
+
+static inline uint32_t nonfinite(float v) { return (tq_f32_bits(v) & 0x7f800000u) == 0x7f800000u; }
+
+int tq_cpu_unscale_check(tq_backend *be, size_t n, float *g, float inv_scale, float *found_inf) {
+    uint32_t bad = 0;
+    int nt = tq_cpu_nt(be), par = n > TQ_PAR_MIN;
+#pragma omp parallel for num_threads(nt) schedule(static) reduction(| : bad) if (par)
+    for (size_t i = 0; i < n; i++) {
+        float v = g[i], s = v * inv_scale;
+        bad |= nonfinite(v) | nonfinite(s);
+        g[i] = s;
+    }
+    if (bad && found_inf) *found_inf = 1.0f;
+    return TQ_OK;
+}
+
+int tq_cpu_sgd_step(tq_backend *be, size_t n, float *w, const float *g, float *buf, float lr,
+                    float momentum, float wd, int nesterov) {
+    if (momentum != 0.0f && !buf) {
+        tq_backend_seterr(be, "sgd_step: momentum %g needs a buffer", (double)momentum);
+        return TQ_EINVAL;
+    }
+    int nt = tq_cpu_nt(be), par = n > TQ_PAR_MIN;
+    if (momentum == 0.0f) {
+#pragma omp parallel for num_threads(nt) schedule(static) if (par)
+        for (size_t i = 0; i < n; i++) {
+            float unused = 0.0f;
+            tq_sgd_1(&w[i], g[i], &unused, lr, 0.0f, wd, nesterov);
+        }
+    } else {
+#pragma omp parallel for num_threads(nt) schedule(static) if (par)
+        for (size_t i = 0; i < n; i++) tq_sgd_1(&w[i], g[i], &buf[i], lr, momentum, wd, nesterov);
+    }
+    return TQ_OK;
+}
+
+int tq_cpu_adamw_step(tq_backend *be, size_t n, float *w, const float *g, float *m, float *v,
+                      float lr, float b1, float b2, float eps, float wd, float bc1, float bc2) {
+    if (!m || !v) {
+        tq_backend_seterr(be, "adamw_step: moment buffers missing");
+        return TQ_EINVAL;
+    }
+    int nt = tq_cpu_nt(be), par = n > TQ_PAR_MIN;
+#pragma omp parallel for num_threads(nt) schedule(static) if (par)
+    for (size_t i = 0; i < n; i++) tq_adamw_1(&w[i], g[i], &m[i], &v[i], lr, b1, b2, eps, wd, bc1, bc2);
+    return TQ_OK;
+}

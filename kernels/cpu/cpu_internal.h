@@ -1,0 +1,112 @@
+/* cpu_internal.h — what the CPU backend's translation units share (not a public header).
+ *
+ * Contract: the tq_cpu_* functions below are the CPU implementations of tq_backend_i's slots
+ * (same arguments, same semantics as backend.h); cpu_backend.c puts them in the vtable. They
+ * run on the caller's thread and fan out with OpenMP (be->threads threads); GEMMs go to
+ * OpenBLAS, which threads itself. Nothing here allocates; scratch comes from the caller's
+ * workspace or from bounded stack arrays.
+ */
+#ifndef TQ_CPU_INTERNAL_H
+#define TQ_CPU_INTERNAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "backend.h"
+
+/* Element-wise loops go parallel above this many elements. */
+#define TQ_PAR_MIN 32768
+/* Element-wise loops are cut into blocks of this many elements (one dtype dispatch per block). */
+#define TQ_BLK 4096
+/* Per-channel reductions handle at most this many channels at a time (bounded stack use). */
+#define TQ_CGROUP 256
+
+#define TQ_ALWAYS_INLINE static inline __attribute__((always_inline))
+
+/* Calls F(<literal dtype>, ...) so that an always-inline F is specialised per dtype. */
+#define TQ_DT_CALL(dt, F, ...)                                     \
+    do {                                                           \
+        if ((dt) == TQ_F32) F(TQ_F32, __VA_ARGS__);                \
+        else if ((dt) == TQ_F16) F(TQ_F16, __VA_ARGS__);           \
+        else F(TQ_BF16, __VA_ARGS__);                              \
+    } while (0)
+
+static inline int tq_cpu_nt(const tq_backend *be) { return be->threads > 0 ? be->threads : 1; }
+static inline int tq_cpu_dt_ok(tq_dtype dt) { return dt == TQ_F32 || dt == TQ_F16 || dt == TQ_BF16; }
+
+/* Per-channel sums over `m` rows of a row-major [m][ld] array of dtype dt, for the channel
+ * window [c0, c0+cw), cw <= TQ_CGROUP. Results (double, indexed 0..cw-1):
+ *   TQ_RED_SUM:   s0 = Σ a
+ *   TQ_RED_SHSQ:  s0 = Σ (a − off),  s1 = Σ (a − off)²     (shifted sums for mean/variance)
+ *   TQ_RED_DOT:   s0 = Σ a,          s1 = Σ a·(b − off)    (batch-norm backward)
+ * off is indexed 0..cw-1. The summation order depends only on (m, cw), never on the thread
+ * count, so results are reproducible. */
+typedef enum { TQ_RED_SUM, TQ_RED_SHSQ, TQ_RED_DOT } tq_red_mode;
+void tq_cpu_chan_sums(tq_backend *be, tq_red_mode mode, size_t m, size_t ld, size_t c0, int cw,
+                      tq_dtype dt, const void *a, const void *b, const float *off, double *s0,
+                      double *s1);
+
+/* memory / lifecycle: cpu_backend.c */
+
+/* convolution and linear: cpu_conv.c */
+size_t tq_cpu_conv_ws(tq_backend *, const tq_conv_desc *, tq_dtype dt);
+int tq_cpu_conv_fwd(tq_backend *, const tq_conv_desc *, tq_dtype dt, void *y, const void *x,
+                    const void *w, const float *bias, void *ws, size_t ws_bytes);
+int tq_cpu_conv_bwd_data(tq_backend *, const tq_conv_desc *, tq_dtype dt, void *dx, float beta,
+                         const void *dy, const void *w, void *ws, size_t ws_bytes);
+int tq_cpu_conv_bwd_filter(tq_backend *, const tq_conv_desc *, tq_dtype dt, float *dw, float *db,
+                           const void *x, const void *dy, void *ws, size_t ws_bytes);
+size_t tq_cpu_linear_ws(tq_backend *, int n, int in, int out, tq_dtype dt);
+int tq_cpu_linear_fwd(tq_backend *, int n, int in, int out, tq_dtype dt, void *y, const void *x,
+                      const void *w, const float *bias, void *ws, size_t ws_bytes);
+int tq_cpu_linear_bwd_data(tq_backend *, int n, int in, int out, tq_dtype dt, void *dx,
+                           float beta, const void *dy, const void *w, void *ws, size_t ws_bytes);
+int tq_cpu_linear_bwd_filter(tq_backend *, int n, int in, int out, tq_dtype dt, float *dw,
+                             float *db, const void *x, const void *dy, void *ws, size_t ws_bytes);
+
+/* batch-norm: cpu_bn.c */
+int tq_cpu_bn_fwd_train(tq_backend *, tq_shape, tq_dtype dt, void *y, const void *x,
+                        const float *gamma, const float *beta, float *save_mean,
+                        float *save_invstd, float *run_mean, float *run_var, float momentum,
+                        float eps);
+int tq_cpu_bn_fwd_infer(tq_backend *, tq_shape, tq_dtype dt, void *y, const void *x,
+                        const float *gamma, const float *beta, const float *run_mean,
+                        const float *run_var, float eps);
+int tq_cpu_bn_bwd(tq_backend *, tq_shape, tq_dtype dt, void *dx, float beta_dx, float *dgamma,
+                  float *dbeta, const void *dy, const void *x, const float *gamma,
+                  const float *save_mean, const float *save_invstd);
+
+/* element-wise, casts, flat-buffer passes: cpu_elem.c */
+int tq_cpu_relu_fwd(tq_backend *, size_t n, tq_dtype dt, void *y, const void *x);
+int tq_cpu_relu_bwd(tq_backend *, size_t n, tq_dtype dt, void *dx, float beta, const void *dy,
+                    const void *y);
+int tq_cpu_add_fwd(tq_backend *, size_t n, tq_dtype dt, void *y, const void *a, const void *b);
+int tq_cpu_accumulate(tq_backend *, size_t n, tq_dtype dt, void *dst, float beta,
+                      const void *src);
+int tq_cpu_cast(tq_backend *, size_t n, tq_dtype dst_dt, void *dst, tq_dtype src_dt,
+                const void *src);
+int tq_cpu_unscale_check(tq_backend *, size_t n, float *g, float inv_scale, float *found_inf);
+int tq_cpu_sgd_step(tq_backend *, size_t n, float *w, const float *g, float *buf, float lr,
+                    float momentum, float wd, int nesterov);
+int tq_cpu_adamw_step(tq_backend *, size_t n, float *w, const float *g, float *m, float *v,
+                      float lr, float b1, float b2, float eps, float wd, float bc1, float bc2);
+
+/* pooling, loss, data: cpu_pool.c */
+int tq_cpu_maxpool_fwd(tq_backend *, tq_shape x, tq_dtype dt, void *y, const void *xp);
+int tq_cpu_maxpool_bwd(tq_backend *, tq_shape x, tq_dtype dt, void *dx, float beta,
+                       const void *dy, const void *xp);
+int tq_cpu_avgpool_fwd(tq_backend *, tq_shape x, tq_dtype dt, void *y, const void *xp);
+int tq_cpu_avgpool_bwd(tq_backend *, tq_shape x, tq_dtype dt, void *dx, float beta,
+                       const void *dy);
+int tq_cpu_softmax_ce(tq_backend *, int n, int classes, tq_dtype dt, void *dlogits,
+                      const void *logits, const int32_t *labels, float grad_scale, float *out);
+int tq_cpu_softmax_ce_eval(tq_backend *, int n, int classes, tq_dtype dt, const void *logits,
+                           const int32_t *labels, float *out);
+int tq_cpu_load_batch(tq_backend *, int n, int h, int w, int c, tq_dtype dt, void *x,
+                      int32_t *labels, const uint8_t *images, const uint8_t *lab,
+                      const int32_t *idx, const tq_aug *aug, int pad, const float *mean,
+                      const float *inv_std);
+
+/* Shape check shared by the NHWC ops: all dims > 0. Sets the error and returns TQ_EINVAL. */
+int tq_cpu_check_shape(tq_backend *be, const char *op, tq_shape s, tq_dtype dt);
+
+#endif

@@ -1,0 +1,256 @@
+/* cpu_pool.c — pooling, softmax cross-entropy and the batch loader.
+ *
+ * maxpool: 2×2 window, stride 2, y = (n, h/2, w/2, c) (floor; an odd last row/column belongs to
+ *   no window and gets no gradient). The argmax is the first maximum in row-major window order;
+ *   a NaN counts as a maximum (PyTorch's `val > max || isnan(val)`), so NaNs propagate.
+ * avgpool: global, y = (n, 1, 1, c), sums in double.
+ * softmax_ce: per row, max-shifted log-softmax in f32, loss and hit counts summed in double
+ *   (serial: reproducible), argmax = first maximum.
+ */
+#include <math.h>
+#include <string.h>
+
+#include "cpu/cpu_internal.h"
+
+/* ---- max pooling ---- */
+
+TQ_ALWAYS_INLINE int argmax4(float v[4]) {
+    int am = 0;
+    float m = v[0];
+    for (int k = 1; k < 4; k++)
+        if (v[k] > m || v[k] != v[k]) { m = v[k]; am = k; }
+    return am;
+}
+
+TQ_ALWAYS_INLINE void k_maxpool_row(tq_dtype dt, tq_shape s, int img, int oh, void *y,
+                                    const void *x) {
+    int Q = s.w / 2, C = s.c;
+    size_t rs = (size_t)s.w * C;
+    size_t r0 = ((size_t)img * s.h + 2 * oh) * rs;
+    size_t yo = (((size_t)img * (s.h / 2) + oh) * Q) * C;
+    for (int q = 0; q < Q; q++)
+        for (int c = 0; c < C; c++) {
+            size_t i00 = r0 + (size_t)(2 * q) * C + c;
+            float v[4] = { tq_ld(x, dt, i00), tq_ld(x, dt, i00 + C), tq_ld(x, dt, i00 + rs),
+                           tq_ld(x, dt, i00 + rs + C) };
+            tq_st(y, dt, yo + (size_t)q * C + c, v[argmax4(v)]);
+        }
+}
+
+static int pool_check(tq_backend *be, const char *op, tq_shape s, tq_dtype dt) {
+    int rc = tq_cpu_check_shape(be, op, s, dt);
+    if (rc) return rc;
+    if (s.h < 2 || s.w < 2) {
+        tq_backend_seterr(be, "%s: input %dx%d is smaller than the 2x2 window", op, s.h, s.w);
+        return TQ_EINVAL;
+    }
+    return TQ_OK;
+}
+
+int tq_cpu_maxpool_fwd(tq_backend *be, tq_shape s, tq_dtype dt, void *y, const void *xp) {
+    int rc = pool_check(be, "maxpool_fwd", s, dt);
+    if (rc) return rc;
+    int P = s.h / 2, nrow = s.n * P, nt = tq_cpu_nt(be);
+    int par = tq_shape_numel(s) > TQ_PAR_MIN;
+#pragma omp parallel for num_threads(nt) schedule(static) if (par)
+    for (int t = 0; t < nrow; t++) TQ_DT_CALL(dt, k_maxpool_row, s, t / P, t % P, y, xp);
+    return TQ_OK;
+}
+
+TQ_ALWAYS_INLINE void mix1(tq_dtype dt, void *dx, size_t i, float beta, float v) {
+    if (beta != 0.0f) v += beta * tq_ld(dx, dt, i);
+    tq_st(dx, dt, i, v);
+}
+
+/* Input rows 2·oh, 2·oh+1 of image img (or the odd last row when 2·oh+1 == h). */
+TQ_ALWAYS_INLINE void k_maxpool_bwd_rows(tq_dtype dt, tq_shape s, int img, int oh, void *dx,
+                                         float beta, const void *dy, const void *x) {
+    int Q = s.w / 2, C = s.c;
+    size_t rs = (size_t)s.w * C;
+    size_t r0 = ((size_t)img * s.h + 2 * oh) * rs;
+    if (2 * oh + 1 >= s.h) {                       /* uncovered last row */
+        for (size_t j = 0; j < rs; j++) mix1(dt, dx, r0 + j, beta, 0.0f);
+        return;
+    }
+    size_t yo = (((size_t)img * (s.h / 2) + oh) * Q) * C;
+    for (int q = 0; q < Q; q++)
+        for (int c = 0; c < C; c++) {
+            size_t i00 = r0 + (size_t)(2 * q) * C + c;
+            size_t idx[4] = { i00, i00 + C, i00 + rs, i00 + rs + C };
+            float v[4];
+            for (int k = 0; k < 4; k++) v[k] = tq_ld(x, dt, idx[k]);
+            int am = argmax4(v);
+            float g = tq_ld(dy, dt, yo + (size_t)q * C + c);
+            for (int k = 0; k < 4; k++) mix1(dt, dx, idx[k], beta, k == am ? g : 0.0f);
+        }
+    if (s.w & 1)                                   /* uncovered last column */
+        for (int rr = 0; rr < 2; rr++)
+            for (int c = 0; c < C; c++)
+                mix1(dt, dx, r0 + rr * rs + (size_t)(s.w - 1) * C + c, beta, 0.0f);
+}
+
+int tq_cpu_maxpool_bwd(tq_backend *be, tq_shape s, tq_dtype dt, void *dx, float beta,
+                       const void *dy, const void *xp) {
+    int rc = pool_check(be, "maxpool_bwd", s, dt);
+    if (rc) return rc;
+    int P2 = (s.h + 1) / 2, nrow = s.n * P2, nt = tq_cpu_nt(be);
+    int par = tq_shape_numel(s) > TQ_PAR_MIN;
+#pragma omp parallel for num_threads(nt) schedule(static) if (par)
+    for (int t = 0; t < nrow; t++)
+        TQ_DT_CALL(dt, k_maxpool_bwd_rows, s, t / P2, t % P2, dx, beta, dy, xp);
+    return TQ_OK;
+}
+
+/* ---- global average pooling ---- */
+
+TQ_ALWAYS_INLINE void k_avgpool_img(tq_dtype dt, tq_shape s, int img, void *y, const void *x) {
+    size_t hw = (size_t)s.h * s.w, C = (size_t)s.c, base = (size_t)img * hw * C;
+    for (size_t c0 = 0; c0 < C; c0 += TQ_CGROUP) {
+        int cw = C - c0 < TQ_CGROUP ? (int)(C - c0) : TQ_CGROUP;
+        double acc[TQ_CGROUP];
+        for (int j = 0; j < cw; j++) acc[j] = 0;
+        for (size_t r = 0; r < hw; r++)
+            for (int j = 0; j < cw; j++) acc[j] += tq_ld(x, dt, base + r * C + c0 + j);
+        for (int j = 0; j < cw; j++) tq_st(y, dt, (size_t)img * C + c0 + j, (float)(acc[j] / (double)hw));
+    }
+}
+
+int tq_cpu_avgpool_fwd(tq_backend *be, tq_shape s, tq_dtype dt, void *y, const void *xp) {
+    int rc = tq_cpu_check_shape(be, "avgpool_fwd", s, dt);
+    if (rc) return rc;
+    int nt = tq_cpu_nt(be), par = tq_shape_numel(s) > TQ_PAR_MIN && s.n > 1;
+#pragma omp parallel for num_threads(nt) schedule(static) if (par)
+    for (int i = 0; i < s.n; i++) TQ_DT_CALL(dt, k_avgpool_img, s, i, y, xp);
+    return TQ_OK;
+}
+
+TQ_ALWAYS_INLINE void k_avgpool_bwd_row(tq_dtype dt, tq_shape s, size_t row, void *dx, float beta,
+                                        const void *dy, float inv_hw) {
+    size_t C = (size_t)s.c, img = row / ((size_t)s.h * s.w);
+    for (size_t c = 0; c < C; c++)
+        mix1(dt, dx, row * C + c, beta, tq_ld(dy, dt, img * C + c) * inv_hw);
+}
+
+int tq_cpu_avgpool_bwd(tq_backend *be, tq_shape s, tq_dtype dt, void *dx, float beta,
+                       const void *dy) {
+    int rc = tq_cpu_check_shape(be, "avgpool_bwd", s, dt);
+    if (rc) return rc;
+    size_t rows = (size_t)s.n * s.h * s.w;
+    float inv_hw = (float)(1.0 / ((double)s.h * s.w));
+    int nt = tq_cpu_nt(be), par = tq_shape_numel(s) > TQ_PAR_MIN;
+#pragma omp parallel for num_threads(nt) schedule(static) if (par)
+    for (size_t r = 0; r < rows; r++) TQ_DT_CALL(dt, k_avgpool_bwd_row, s, r, dx, beta, dy, inv_hw);
+    return TQ_OK;
+}
+
+/* ---- softmax cross-entropy ---- */
+
+static int softmax_common(tq_backend *be, const char *op, int n, int classes, tq_dtype dt,
+                          void *dlogits, const void *logits, const int32_t *labels,
+                          float grad_scale, float *out) {
+    if (!tq_cpu_dt_ok(dt) || n < 0 || classes <= 0 || (n > 0 && (!logits || !labels))) {
+        tq_backend_seterr(be, "%s: bad arguments (n=%d classes=%d)", op, n, classes);
+        return TQ_EINVAL;
+    }
+    for (int i = 0; i < n; i++)
+        if (labels[i] < 0 || labels[i] >= classes) {
+            tq_backend_seterr(be, "%s: label %d of sample %d is outside [0,%d)", op,
+                              (int)labels[i], i, classes);
+            return TQ_EINVAL;
+        }
+    double loss = 0, hits = 0;
+    float gs = n > 0 ? grad_scale / (float)n : 0.0f;
+    for (int i = 0; i < n; i++) {
+        size_t o = (size_t)i * classes;
+        int lab = labels[i], am = 0;
+        float m = tq_ld(logits, dt, o);
+        for (int j = 1; j < classes; j++) {
+            float v = tq_ld(logits, dt, o + j);
+            if (v > m) { m = v; am = j; }
+        }
+        float sum = 0.0f;
+        for (int j = 0; j < classes; j++) sum += expf(tq_ld(logits, dt, o + j) - m);
+        float lse = logf(sum);
+        loss += (double)(lse - (tq_ld(logits, dt, o + lab) - m));
+        hits += am == lab;
+        if (dlogits) {
+            float inv = 1.0f / sum;
+            for (int j = 0; j < classes; j++) {
+                float p = expf(tq_ld(logits, dt, o + j) - m) * inv;
+                tq_st(dlogits, dt, o + j, gs * (p - (j == lab ? 1.0f : 0.0f)));
+            }
+        }
+    }
+    if (out) {
+        out[0] += (float)loss;
+        out[1] += (float)hits;
+    }
+    return TQ_OK;
+}
+
+int tq_cpu_softmax_ce(tq_backend *be, int n, int classes, tq_dtype dt, void *dlogits,
+                      const void *logits, const int32_t *labels, float grad_scale, float *out) {
+    if (!dlogits && n > 0) {
+        tq_backend_seterr(be, "softmax_ce: dlogits missing");
+        return TQ_EINVAL;
+    }
+    return softmax_common(be, "softmax_ce", n, classes, dt, dlogits, logits, labels, grad_scale,
+                          out);
+}
+
+int tq_cpu_softmax_ce_eval(tq_backend *be, int n, int classes, tq_dtype dt, const void *logits,
+                           const int32_t *labels, float *out) {
+    return softmax_common(be, "softmax_ce_eval", n, classes, dt, NULL, logits, labels, 0.0f, out);
+}
+
+/* ---- batch loader ----
+ * Augmentation, exactly: output pixel (y, x) of sample i reads source pixel
+ *     (y + dy − pad,  x' + dx − pad),   x' = flip ? w−1−x : x,
+ * and a zero pixel where that lies outside the image. That is: crop an h×w window at offset
+ * (dy, dx) out of the image zero-padded by `pad` on every side, then flip it horizontally —
+ * torchvision's RandomCrop(padding=pad) followed by RandomHorizontalFlip. A zero pixel is
+ * normalised like any other: (0 − mean)·inv_std. */
+TQ_ALWAYS_INLINE void k_load_sample(tq_dtype dt, int i, int h, int w, int c, void *x,
+                                    const uint8_t *img, const tq_aug *a, int pad,
+                                    const float *mean, const float *inv_std) {
+    size_t o = (size_t)i * h * w * c;
+    for (int yy = 0; yy < h; yy++)
+        for (int xx = 0; xx < w; xx++) {
+            int sy = yy, sx = xx;
+            if (a) {
+                sy = yy + a->dy - pad;
+                sx = (a->flip ? w - 1 - xx : xx) + a->dx - pad;
+            }
+            int in = sy >= 0 && sy < h && sx >= 0 && sx < w;
+            const uint8_t *src = in ? img + ((size_t)sy * w + sx) * c : NULL;
+            for (int ch = 0; ch < c; ch++)
+                tq_st(x, dt, o++, tq_normalize_px(in ? src[ch] : 0, mean[ch], inv_std[ch]));
+        }
+}
+
+int tq_cpu_load_batch(tq_backend *be, int n, int h, int w, int c, tq_dtype dt, void *x,
+                      int32_t *labels, const uint8_t *images, const uint8_t *lab,
+                      const int32_t *idx, const tq_aug *aug, int pad, const float *mean,
+                      const float *inv_std) {
+    if (!tq_cpu_dt_ok(dt) || n < 0 || h <= 0 || w <= 0 || c <= 0 || pad < 0 || !mean ||
+        !inv_std || (n > 0 && (!x || !images || !idx))) {
+        tq_backend_seterr(be, "load_batch: bad arguments (n=%d h=%d w=%d c=%d pad=%d)", n, h, w,
+                          c, pad);
+        return TQ_EINVAL;
+    }
+    for (int i = 0; i < n; i++)
+        if (idx[i] < 0) {
+            tq_backend_seterr(be, "load_batch: negative index %d", (int)idx[i]);
+            return TQ_EINVAL;
+        }
+    size_t img_sz = (size_t)h * w * c;
+    int nt = tq_cpu_nt(be), par = (size_t)n * img_sz > TQ_PAR_MIN && n > 1;
+#pragma omp parallel for num_threads(nt) schedule(static) if (par)
+    for (int i = 0; i < n; i++) {
+        const uint8_t *img = images + (size_t)idx[i] * img_sz;
+        const tq_aug *a = aug ? &aug[i] : NULL;
+        TQ_DT_CALL(dt, k_load_sample, i, h, w, c, x, img, a, pad, mean, inv_std);
+        if (labels && lab) labels[i] = lab[idx[i]];
+    }
+    return TQ_OK;
+}

@@ -1,0 +1,91 @@
+/* migrations.c — the schema migrations as C strings (see migrations.h).
+ *
+ * Each string is a byte-identical copy of a file in schema/migrations/, the source of truth.
+ * After editing or adding a .sql file, regenerate its string here with
+ *     sed 's/\\/\\\\/g; s/"/\\"/g; s/^/    "/; s/$/\\n"/' schema/migrations/NNNN_name.sql
+ * (a new migration is a new entry at the end; never edit one that has shipped).
+ * tests/unit/test_store.c compares every entry with its file and fails on any difference. */
+#include "migrations.h"
+
+static const char m0001_init[] =
+    "-- 0001_init.sql - trainq's first schema: the job queue, per-step and per-eval records, events.\n"
+    "-- Applied by schema/store.c inside one BEGIN IMMEDIATE transaction, which then sets\n"
+    "-- PRAGMA user_version = 1. Embedded in the binary by schema/migrations.c (byte-identical copy,\n"
+    "-- checked by tests/unit/test_store.c). Times are unix milliseconds; JSON columns hold text.\n"
+    "\n"
+    "CREATE TABLE jobs (\n"
+    "    id                 INTEGER PRIMARY KEY,\n"
+    "    name               TEXT    NOT NULL DEFAULT '',\n"
+    "    state              TEXT    NOT NULL DEFAULT 'queued'\n"
+    "                       CHECK (state IN ('queued', 'running', 'succeeded', 'failed', 'cancelled')),\n"
+    "    spec               TEXT    NOT NULL CHECK (json_valid(spec)),\n"
+    "    priority           INTEGER NOT NULL DEFAULT 0 CHECK (priority BETWEEN -100 AND 100),\n"
+    "    submission_id      TEXT    UNIQUE,\n"
+    "    created_at         INTEGER NOT NULL,\n"
+    "    started_at         INTEGER,\n"
+    "    finished_at        INTEGER,\n"
+    "    attempts           INTEGER NOT NULL DEFAULT 0,\n"
+    "    max_attempts       INTEGER NOT NULL DEFAULT 3,\n"
+    "    device             TEXT,\n"
+    "    total_steps        INTEGER,\n"
+    "    summary            TEXT    CHECK (summary IS NULL OR json_valid(summary)),\n"
+    "    error_code         TEXT,\n"
+    "    error_message      TEXT,\n"
+    "    planned_peak_bytes INTEGER,\n"
+    "    checkpoint_path    TEXT,\n"
+    "    cancel_requested   INTEGER NOT NULL DEFAULT 0 CHECK (cancel_requested IN (0, 1))\n"
+    ");\n"
+    "\n"
+    "-- the queue: the next job to claim is the first row of this index\n"
+    "CREATE INDEX jobs_queue ON jobs (priority DESC, id) WHERE state = 'queued';\n"
+    "-- GET /v1/jobs?state=...&before=...\n"
+    "CREATE INDEX jobs_state ON jobs (state, id);\n"
+    "\n"
+    "CREATE TABLE steps (\n"
+    "    job_id              INTEGER NOT NULL REFERENCES jobs (id) ON DELETE CASCADE,\n"
+    "    step                INTEGER NOT NULL,\n"
+    "    epoch               INTEGER NOT NULL,\n"
+    "    loss                REAL,\n"
+    "    lr                  REAL,\n"
+    "    loss_scale          REAL,\n"
+    "    skipped             INTEGER NOT NULL DEFAULT 0 CHECK (skipped IN (0, 1)),\n"
+    "    step_ms             REAL,\n"
+    "    samples_per_s       REAL,\n"
+    "    mem_allocated_bytes INTEGER,\n"
+    "    mem_peak_bytes      INTEGER,\n"
+    "    mem_reserved_bytes  INTEGER,\n"
+    "    device_used_bytes   INTEGER,\n"
+    "    time                INTEGER NOT NULL,\n"
+    "    PRIMARY KEY (job_id, step)\n"
+    ") WITHOUT ROWID;\n"
+    "\n"
+    "CREATE TABLE evals (\n"
+    "    job_id   INTEGER NOT NULL REFERENCES jobs (id) ON DELETE CASCADE,\n"
+    "    step     INTEGER NOT NULL,\n"
+    "    epoch    INTEGER NOT NULL,\n"
+    "    loss     REAL,\n"
+    "    accuracy REAL,\n"
+    "    samples  INTEGER NOT NULL,\n"
+    "    kind     TEXT    NOT NULL DEFAULT 'eval' CHECK (kind IN ('eval', 'pruned', 'int8')),\n"
+    "    time     INTEGER NOT NULL,\n"
+    "    PRIMARY KEY (job_id, step, kind)\n"
+    ") WITHOUT ROWID;\n"
+    "\n"
+    "CREATE TABLE events (\n"
+    "    id     INTEGER PRIMARY KEY,\n"
+    "    job_id INTEGER REFERENCES jobs (id) ON DELETE CASCADE,\n"
+    "    time   INTEGER NOT NULL,\n"
+    "    type   TEXT    NOT NULL,\n"
+    "    data   TEXT    CHECK (data IS NULL OR json_valid(data))\n"
+    ");\n"
+    "\n"
+    "CREATE INDEX events_job ON events (job_id, id);\n";
+
+static const tq_migration migrations[] = {
+    { 1, "0001_init.sql", m0001_init },
+};
+
+const tq_migration *tq_migrations(int *count) {
+    if (count) *count = (int)(sizeof migrations / sizeof migrations[0]);
+    return migrations;
+}

@@ -1,0 +1,1170 @@
+/* test_ops.c — the CPU backend's ops against double-precision references.
+ *
+ * For every op: the f32 forward against a reference written here in double (norm-wise relative
+ * error <= 1e-5); the backward against central finite differences of L = Σ r·y computed with
+ * the double reference (<= 1e-3), with beta 0 (poisoned output) and beta 1 (accumulate); the
+ * f16/bf16 variants against the f32 result (<= 1e-2 / 3e-2). Outputs and workspaces are
+ * poisoned with NaN before each call, workspaces are allocated at exactly the size *_ws
+ * reports (so an overrun shows under ASan/valgrind), and one byte less must give TQ_EINVAL.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend.h"
+
+static tq_backend *be;
+
+/* ---- scratch memory: freed after every test (also when a check fails) ---- */
+
+#define MAXMEM 4096
+static void *mem[MAXMEM];
+static int nmem;
+
+static void *tmem(size_t bytes) {
+    void *p = malloc(bytes ? bytes : 1);
+    assert_non_null(p);
+    assert_true(nmem < MAXMEM);
+    mem[nmem++] = p;
+    return p;
+}
+static int teardown_mem(void **state) {
+    (void)state;
+    for (int i = 0; i < nmem; i++) free(mem[i]);
+    nmem = 0;
+    return 0;
+}
+
+/* ---- random numbers (splitmix64) ---- */
+
+static uint64_t rng_s = 0x853c49e6748fea9bull;
+static double urand(void) {   /* [-1, 1) */
+    uint64_t z = (rng_s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    z ^= z >> 31;
+    return (double)(z >> 11) * (2.0 / 9007199254740992.0) - 1.0;
+}
+
+static float *frand(size_t n, double scale) {
+    float *a = tmem(n * sizeof(float));
+    for (size_t i = 0; i < n; i++) a[i] = (float)(urand() * scale);
+    return a;
+}
+static float *fcopy(const float *a, size_t n) {
+    float *b = tmem(n * sizeof(float));
+    memcpy(b, a, n * sizeof(float));
+    return b;
+}
+static double *dalloc(size_t n) { return tmem(n * sizeof(double)); }
+static double *dup_d(const float *a, size_t n) {
+    double *d = dalloc(n);
+    for (size_t i = 0; i < n; i++) d[i] = a[i];
+    return d;
+}
+static void poison(void *p, tq_dtype dt, size_t n) {
+    if (dt == TQ_F32) {
+        float nan = NAN;
+        for (size_t i = 0; i < n; i++) ((float *)p)[i] = nan;
+    } else {
+        uint16_t v = dt == TQ_F16 ? 0x7e00 : 0x7fc0;
+        for (size_t i = 0; i < n; i++) ((uint16_t *)p)[i] = v;
+    }
+}
+static void *poisoned(tq_dtype dt, size_t n) {
+    void *p = tmem(n * tq_dtype_size(dt));
+    poison(p, dt, n);
+    return p;
+}
+/* a workspace of exactly `bytes`, NaN-filled */
+static void *ws_alloc(size_t bytes) {
+    void *p = tmem(bytes);
+    poison(p, TQ_F32, bytes / 4);
+    return bytes ? p : NULL;
+}
+static void *to_dt(tq_dtype dt, const float *a, size_t n) {
+    void *p = tmem(n * tq_dtype_size(dt));
+    for (size_t i = 0; i < n; i++) tq_st(p, dt, i, a[i]);
+    return p;
+}
+static float *from_dt(tq_dtype dt, const void *p, size_t n) {
+    float *a = tmem(n * sizeof(float));
+    for (size_t i = 0; i < n; i++) a[i] = tq_ld(p, dt, i);
+    return a;
+}
+static float *rnd(tq_dtype dt, const float *a, size_t n) { return from_dt(dt, to_dt(dt, a, n), n); }
+static float *fdiff(const float *a, const float *b, size_t n) {   /* a − b */
+    float *d = tmem(n * sizeof(float));
+    for (size_t i = 0; i < n; i++) d[i] = a[i] - b[i];
+    return d;
+}
+static double tol_dt(tq_dtype dt) { return dt == TQ_F16 ? 1e-2 : 3e-2; }
+static const char *dt_name(tq_dtype dt) { return dt == TQ_F32 ? "f32" : dt == TQ_F16 ? "f16" : "bf16"; }
+
+/* ||got − ref|| / ||ref|| (absolute when ref is 0); NaN anywhere gives NaN */
+static double rel_fd(const float *got, const double *ref, size_t n) {
+    double e = 0, r = 0;
+    for (size_t i = 0; i < n; i++) {
+        double d = (double)got[i] - ref[i];
+        e += d * d;
+        r += ref[i] * ref[i];
+    }
+    return r > 0 ? sqrt(e / r) : sqrt(e);
+}
+static double rel_ff(const float *got, const float *ref, size_t n) {
+    double *r = dup_d(ref, n);
+    return rel_fd(got, r, n);
+}
+
+#define CHECK_REL(err, tol, ...)                                                          \
+    do {                                                                                  \
+        double e_ = (err);                                                                \
+        if (!(e_ <= (tol))) {                                                             \
+            char m_[200];                                                                 \
+            snprintf(m_, sizeof m_, __VA_ARGS__);                                         \
+            print_error("%s: relative error %.3g > %.3g\n", m_, e_, (double)(tol));       \
+            fail();                                                                       \
+        }                                                                                 \
+    } while (0)
+
+#define CHECK_OK(call)                                                                    \
+    do {                                                                                  \
+        int rc_ = (call);                                                                 \
+        if (rc_ != TQ_OK) {                                                               \
+            print_error("%s returned %d: %s\n", #call, rc_, be->err);                     \
+            fail();                                                                       \
+        }                                                                                 \
+    } while (0)
+
+#define CHECK_EINVAL(call)                                                                \
+    do {                                                                                  \
+        be->err[0] = 0;                                                                   \
+        int rc_ = (call);                                                                 \
+        if (rc_ != TQ_EINVAL || !be->err[0]) {                                            \
+            print_error("%s returned %d (want TQ_EINVAL with a message)\n", #call, rc_);  \
+            fail();                                                                       \
+        }                                                                                 \
+    } while (0)
+
+/* ---- finite differences ---- */
+
+typedef double (*loss_fn)(void *ctx);
+
+/* Central differences of f w.r.t. p[] at up to ~256 evenly spread indices, compared with
+ * got[i] (− base[i] when base != NULL). */
+static void fd_check(const char *what, loss_fn f, void *ctx, double *p, size_t n,
+                     const float *got, const float *base, double h) {
+    size_t nsel = n <= 300 ? n : 256;
+    float *g = tmem(nsel * sizeof(float));
+    double *fd = dalloc(nsel);
+    for (size_t k = 0; k < nsel; k++) {
+        size_t i = nsel == n ? k : k * n / nsel;
+        double v = p[i];
+        p[i] = v + h;
+        double lp = f(ctx);
+        p[i] = v - h;
+        double lm = f(ctx);
+        p[i] = v;
+        fd[k] = (lp - lm) / (2 * h);
+        g[k] = base ? got[i] - base[i] : got[i];
+    }
+    CHECK_REL(rel_fd(g, fd, nsel), 1e-3, "%s vs finite differences", what);
+}
+
+static double ddot(const double *a, const double *b, size_t n) {
+    double s = 0;
+    for (size_t i = 0; i < n; i++) s += a[i] * b[i];
+    return s;
+}
+
+/* ---- reference convolution (double) ---- */
+
+static void ref_conv(const tq_conv_desc *d, const double *x, const double *w, const double *b,
+                     double *y) {
+    tq_shape ys = tq_conv_yshape(d);
+    int H = d->x.h, W = d->x.w, C = d->x.c, R = d->r, S = d->s;
+    for (int n = 0; n < ys.n; n++)
+        for (int p = 0; p < ys.h; p++)
+            for (int q = 0; q < ys.w; q++)
+                for (int k = 0; k < ys.c; k++) {
+                    double acc = b ? b[k] : 0;
+                    for (int r = 0; r < R; r++)
+                        for (int s = 0; s < S; s++) {
+                            int ih = p * d->stride - d->pad + r, iw = q * d->stride - d->pad + s;
+                            if (ih < 0 || ih >= H || iw < 0 || iw >= W) continue;
+                            const double *xp = x + (((size_t)n * H + ih) * W + iw) * C;
+                            const double *wp = w + (((size_t)k * R + r) * S + s) * C;
+                            for (int c = 0; c < C; c++) acc += xp[c] * wp[c];
+                        }
+                    y[(((size_t)n * ys.h + p) * ys.w + q) * ys.c + k] = acc;
+                }
+}
+
+/* the exact adjoint, for shapes too large for finite differences */
+static void ref_conv_bwd(const tq_conv_desc *d, const double *x, const double *w,
+                         const double *dy, double *dx, double *dw, double *db) {
+    tq_shape ys = tq_conv_yshape(d);
+    int H = d->x.h, W = d->x.w, C = d->x.c, R = d->r, S = d->s, K = d->k;
+    memset(dx, 0, tq_shape_numel(d->x) * sizeof(double));
+    memset(dw, 0, (size_t)K * R * S * C * sizeof(double));
+    memset(db, 0, (size_t)K * sizeof(double));
+    for (int n = 0; n < ys.n; n++)
+        for (int p = 0; p < ys.h; p++)
+            for (int q = 0; q < ys.w; q++)
+                for (int k = 0; k < K; k++) {
+                    double g = dy[(((size_t)n * ys.h + p) * ys.w + q) * K + k];
+                    db[k] += g;
+                    for (int r = 0; r < R; r++)
+                        for (int s = 0; s < S; s++) {
+                            int ih = p * d->stride - d->pad + r, iw = q * d->stride - d->pad + s;
+                            if (ih < 0 || ih >= H || iw < 0 || iw >= W) continue;
+                            size_t xo = (((size_t)n * H + ih) * W + iw) * C;
+                            size_t wo = (((size_t)k * R + r) * S + s) * C;
+                            for (int c = 0; c < C; c++) {
+                                dx[xo + c] += g * w[wo + c];
+                                dw[wo + c] += g * x[xo + c];
+                            }
+                        }
+                }
+}
+
+typedef struct {
+    tq_conv_desc d;
+    double *x, *w, *b, *y, *r;
+    size_t ny;
+} conv_ctx;
+static double conv_loss(void *p) {
+    conv_ctx *c = p;
+    ref_conv(&c->d, c->x, c->w, c->b, c->y);
+    return ddot(c->r, c->y, c->ny);
+}
+
+/* One convolution (or linear, as a 1×1 conv of N×1×1 images) through fwd, bwd_data (beta 0
+ * and 1), bwd_filter, too-small workspaces and the 16-bit variants. fd: finite differences,
+ * else the exact double adjoint. */
+typedef struct { int n, h, w, c, k, r, s, stride, pad, bias, fd, linear; } conv_case;
+
+static size_t op_ws(const tq_conv_desc *d, tq_dtype dt, int lin) {
+    return lin ? be->i->linear_ws(be, d->x.n, d->x.c, d->k, dt) : be->i->conv_ws(be, d, dt);
+}
+static int op_fwd(const tq_conv_desc *d, tq_dtype dt, void *y, const void *x, const void *w,
+                  const float *b, void *ws, size_t wsb, int lin) {
+    return lin ? be->i->linear_fwd(be, d->x.n, d->x.c, d->k, dt, y, x, w, b, ws, wsb)
+               : be->i->conv_fwd(be, d, dt, y, x, w, b, ws, wsb);
+}
+static int op_bwd_data(const tq_conv_desc *d, tq_dtype dt, void *dx, float beta, const void *dy,
+                       const void *w, void *ws, size_t wsb, int lin) {
+    return lin ? be->i->linear_bwd_data(be, d->x.n, d->x.c, d->k, dt, dx, beta, dy, w, ws, wsb)
+               : be->i->conv_bwd_data(be, d, dt, dx, beta, dy, w, ws, wsb);
+}
+static int op_bwd_filter(const tq_conv_desc *d, tq_dtype dt, float *dw, float *db, const void *x,
+                         const void *dy, void *ws, size_t wsb, int lin) {
+    return lin ? be->i->linear_bwd_filter(be, d->x.n, d->x.c, d->k, dt, dw, db, x, dy, ws, wsb)
+               : be->i->conv_bwd_filter(be, d, dt, dw, db, x, dy, ws, wsb);
+}
+
+/* All three ops of one conv/linear in dtype dt on f32 inputs (converted to dt here): y, dx with
+ * beta 0 (poisoned), dx1 = dx0 + dx with beta 1, dw = dw0 + Δ, db = db0 + Δ. Workspaces are
+ * exactly *_ws bytes and NaN-filled. */
+typedef struct { float *y, *dx, *dx1, *dw, *db; } conv_out;
+
+static void conv_run(const tq_conv_desc *d, int lin, tq_dtype dt, const float *x, const float *w,
+                     const float *b, const float *r, const float *dx0, const float *dw0,
+                     const float *db0, conv_out *o) {
+    size_t nx = tq_shape_numel(d->x), ny = tq_shape_numel(tq_conv_yshape(d)), K = (size_t)d->k;
+    size_t nw = K * d->r * d->s * d->x.c;
+    void *xh = to_dt(dt, x, nx), *wh = to_dt(dt, w, nw), *rh = to_dt(dt, r, ny);
+    size_t wsb = op_ws(d, dt, lin);
+    void *ws = ws_alloc(wsb);
+    void *y = poisoned(dt, ny), *dx = poisoned(dt, nx), *dx1 = to_dt(dt, dx0, nx);
+    CHECK_OK(op_fwd(d, dt, y, xh, wh, b, ws, wsb, lin));
+    poison(ws, TQ_F32, wsb / 4);
+    CHECK_OK(op_bwd_data(d, dt, dx, 0.0f, rh, wh, ws, wsb, lin));
+    poison(ws, TQ_F32, wsb / 4);
+    CHECK_OK(op_bwd_data(d, dt, dx1, 1.0f, rh, wh, ws, wsb, lin));
+    o->dw = fcopy(dw0, nw);
+    o->db = b ? fcopy(db0, K) : NULL;
+    poison(ws, TQ_F32, wsb / 4);
+    CHECK_OK(op_bwd_filter(d, dt, o->dw, o->db, xh, rh, ws, wsb, lin));
+    o->y = from_dt(dt, y, ny);
+    o->dx = from_dt(dt, dx, nx);
+    o->dx1 = from_dt(dt, dx1, nx);
+}
+
+/* The smallest workspace each op accepts (bisection); their maximum must be exactly *_ws, and
+ * one byte less than an op's minimum must be TQ_EINVAL with a message. */
+typedef struct { const tq_conv_desc *d; int lin; tq_dtype dt; void *x, *w, *dy, *y, *dx, *ws; float *dw, *db; } ws_probe;
+static int ws_try(const ws_probe *p, int op, size_t bytes) {
+    be->err[0] = 0;
+    int rc = op == 0   ? op_fwd(p->d, p->dt, p->y, p->x, p->w, NULL, p->ws, bytes, p->lin)
+             : op == 1 ? op_bwd_data(p->d, p->dt, p->dx, 0.0f, p->dy, p->w, p->ws, bytes, p->lin)
+                       : op_bwd_filter(p->d, p->dt, p->dw, p->db, p->x, p->dy, p->ws, bytes, p->lin);
+    if (rc != TQ_OK) {
+        assert_int_equal(rc, TQ_EINVAL);
+        assert_true(be->err[0] != 0);
+    }
+    return rc;
+}
+static void conv_ws_exact(const tq_conv_desc *d, int lin, tq_dtype dt, const char *name) {
+    size_t nx = tq_shape_numel(d->x), ny = tq_shape_numel(tq_conv_yshape(d)), K = (size_t)d->k;
+    size_t nw = K * d->r * d->s * d->x.c, wsb = op_ws(d, dt, lin), most = 0;
+    ws_probe p = { d, lin, dt, poisoned(dt, nx), poisoned(dt, nw), poisoned(dt, ny),
+                   tmem(ny * 4), tmem(nx * 4), tmem(wsb), tmem(nw * 4), tmem(K * 4) };
+    for (int op = 0; op < 3; op++) {
+        size_t lo = 0, hi = wsb;                 /* op(lo) fails, op(hi) succeeds */
+        CHECK_OK(ws_try(&p, op, wsb));
+        if (ws_try(&p, op, 0) == TQ_OK) hi = 0;
+        else
+            while (hi - lo > 1) {
+                size_t mid = lo + (hi - lo) / 2;
+                if (ws_try(&p, op, mid) == TQ_OK) hi = mid;
+                else lo = mid;
+            }
+        if (hi > most) most = hi;
+    }
+    if (most != wsb) {
+        print_error("%s %s: ops need at most %zu workspace bytes, *_ws says %zu\n", name,
+                    dt_name(dt), most, wsb);
+        fail();
+    }
+}
+
+
+static void run_conv_case(const conv_case *cc) {
+    tq_conv_desc d = { { cc->n, cc->h, cc->w, cc->c }, cc->k, cc->r, cc->s, cc->stride, cc->pad };
+    tq_shape ys = tq_conv_yshape(&d);
+    size_t nx = tq_shape_numel(d.x), ny = tq_shape_numel(ys), K = (size_t)cc->k;
+    size_t nw = K * cc->r * cc->s * cc->c;
+    int lin = cc->linear;
+    char name[96];
+    snprintf(name, sizeof name, "%s n%d %dx%dx%d->%d %dx%d s%d p%d%s", lin ? "linear" : "conv",
+             cc->n, cc->h, cc->w, cc->c, cc->k, cc->r, cc->s, cc->stride, cc->pad,
+             cc->bias ? " bias" : "");
+
+    float *x = frand(nx, 1), *w = frand(nw, 1.0 / sqrt((double)cc->r * cc->s * cc->c));
+    float *b = cc->bias ? frand(K, 0.5) : NULL, *r = frand(ny, 1);
+    float *dx0 = frand(nx, 1), *dw0 = frand(nw, 1), *db0 = frand(K, 1);
+    conv_ctx ctx = { d, dup_d(x, nx), dup_d(w, nw), b ? dup_d(b, K) : NULL, dalloc(ny),
+                     dup_d(r, ny), ny };
+    double *yref = dalloc(ny);
+    ref_conv(&d, ctx.x, ctx.w, ctx.b, yref);
+
+    conv_out o;
+    conv_run(&d, lin, TQ_F32, x, w, b, r, dx0, dw0, db0, &o);
+    CHECK_REL(rel_fd(o.y, yref, ny), 1e-5, "%s fwd", name);
+    char what[160];
+    if (cc->fd) {
+        snprintf(what, sizeof what, "%s dx (beta 0)", name);
+        fd_check(what, conv_loss, &ctx, ctx.x, nx, o.dx, NULL, 1e-4);
+        snprintf(what, sizeof what, "%s dx (beta 1)", name);
+        fd_check(what, conv_loss, &ctx, ctx.x, nx, o.dx1, dx0, 1e-4);
+        snprintf(what, sizeof what, "%s dw", name);
+        fd_check(what, conv_loss, &ctx, ctx.w, nw, o.dw, dw0, 1e-4);
+        if (b) {
+            snprintf(what, sizeof what, "%s db", name);
+            fd_check(what, conv_loss, &ctx, ctx.b, K, o.db, db0, 1e-4);
+        }
+    } else {
+        double *gx = dalloc(nx), *gw = dalloc(nw), *gb = dalloc(K);
+        ref_conv_bwd(&d, ctx.x, ctx.w, ctx.r, gx, gw, gb);
+        CHECK_REL(rel_fd(o.dx, gx, nx), 1e-5, "%s dx (beta 0)", name);
+        CHECK_REL(rel_fd(fdiff(o.dx1, dx0, nx), gx, nx), 1e-5, "%s dx (beta 1)", name);
+        CHECK_REL(rel_fd(fdiff(o.dw, dw0, nw), gw, nw), 1e-5, "%s dw", name);
+        if (b) CHECK_REL(rel_fd(fdiff(o.db, db0, K), gb, K), 1e-5, "%s db", name);
+    }
+    conv_ws_exact(&d, lin, TQ_F32, name);
+
+    /* 16-bit: against f32 on the same (rounded) inputs */
+    for (tq_dtype dt = TQ_F16; dt <= TQ_BF16; dt++) {
+        conv_out l, f;
+        conv_run(&d, lin, dt, x, w, b, r, dx0, dw0, db0, &l);
+        conv_run(&d, lin, TQ_F32, rnd(dt, x, nx), rnd(dt, w, nw), b, rnd(dt, r, ny),
+                 rnd(dt, dx0, nx), dw0, db0, &f);
+        const char *dn = dt_name(dt);
+        double tol = tol_dt(dt);
+        CHECK_REL(rel_ff(l.y, f.y, ny), tol, "%s fwd %s", name, dn);
+        CHECK_REL(rel_ff(l.dx, f.dx, nx), tol, "%s dx %s", name, dn);
+        CHECK_REL(rel_ff(l.dx1, f.dx1, nx), tol, "%s dx beta1 %s", name, dn);
+        CHECK_REL(rel_ff(fdiff(l.dw, dw0, nw), fdiff(f.dw, dw0, nw), nw), tol, "%s dw %s", name, dn);
+        if (b) CHECK_REL(rel_ff(fdiff(l.db, db0, K), fdiff(f.db, db0, K), K), tol, "%s db %s", name, dn);
+        /* and loosely against f32 on the original inputs */
+        CHECK_REL(rel_ff(l.y, o.y, ny), 4 * tol, "%s fwd %s (unrounded inputs)", name, dn);
+        conv_ws_exact(&d, lin, dt, name);
+    }
+}
+
+static void test_conv(void **state) {
+    (void)state;
+    static const conv_case cases[] = {
+        /* n  h  w  c  k  r  s  st pad bias fd */
+        { 2, 5, 7, 3, 4, 3, 3, 1, 1, 1, 1, 0 },     /* 3×3 pad 1 stride 1, odd sizes */
+        { 3, 6, 6, 5, 6, 3, 3, 2, 1, 0, 1, 0 },     /* 3×3 pad 1 stride 2 */
+        { 2, 7, 5, 4, 5, 3, 3, 2, 1, 1, 1, 0 },     /* stride 2 on odd sizes */
+        { 2, 4, 5, 8, 3, 1, 1, 1, 0, 1, 1, 0 },     /* 1×1 stride 1 (the direct path) */
+        { 2, 7, 7, 4, 5, 1, 1, 2, 0, 0, 1, 0 },     /* 1×1 stride 2 (downsample) */
+        { 1, 7, 5, 3, 2, 2, 3, 1, 0, 1, 1, 0 },     /* non-square kernel, no padding */
+        { 2, 9, 9, 3, 4, 7, 7, 2, 3, 1, 1, 0 },     /* 7×7 stride 2 pad 3 (ResNet stem) */
+        { 2, 5, 5, 2, 3, 3, 3, 3, 0, 0, 1, 0 },     /* stride 3: windows do not overlap */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_conv_case(&cases[i]);
+}
+
+/* enough images that the im2col buffer is used in several chunks */
+static void test_conv_chunked(void **state) {
+    (void)state;
+    conv_case c1 = { 11, 32, 32, 16, 8, 3, 3, 1, 1, 1, 0, 0 };
+    run_conv_case(&c1);
+    conv_case c2 = { 3, 64, 64, 32, 4, 3, 3, 2, 1, 0, 0, 0 };
+    run_conv_case(&c2);
+}
+
+static void test_linear(void **state) {
+    (void)state;
+    conv_case c1 = { 5, 1, 1, 7, 3, 1, 1, 1, 0, 1, 1, 1 };
+    conv_case c2 = { 4, 1, 1, 33, 10, 1, 1, 1, 0, 0, 1, 1 };
+    conv_case c3 = { 1, 1, 1, 1, 1, 1, 1, 1, 0, 1, 1, 1 };
+    run_conv_case(&c1);
+    run_conv_case(&c2);
+    run_conv_case(&c3);
+}
+
+static void test_conv_bad_desc(void **state) {
+    (void)state;
+    tq_conv_desc d = { { 2, 4, 4, 3 }, 0, 3, 3, 1, 1 };
+    float buf[64];
+    assert_int_equal(be->i->conv_ws(be, &d, TQ_F32), 0);
+    CHECK_EINVAL(be->i->conv_fwd(be, &d, TQ_F32, buf, buf, buf, NULL, NULL, 0));
+    d.k = 2; d.stride = 0;
+    CHECK_EINVAL(be->i->conv_bwd_data(be, &d, TQ_F32, buf, 0.0f, buf, buf, NULL, 0));
+    d.stride = 1; d.pad = 0; d.r = 5;
+    CHECK_EINVAL(be->i->conv_bwd_filter(be, &d, TQ_F32, buf, NULL, buf, buf, NULL, 0));
+}
+
+/* ---- batch-norm ---- */
+
+/* training-mode forward in double; mean/var (biased) out when non-NULL */
+static void ref_bn_train(tq_shape s, const double *x, const double *g, const double *b,
+                         double eps, double *y, double *mean, double *var) {
+    size_t m = (size_t)s.n * s.h * s.w, C = (size_t)s.c;
+    for (size_t c = 0; c < C; c++) {
+        double mu = 0, v = 0;
+        for (size_t i = 0; i < m; i++) mu += x[i * C + c];
+        mu /= (double)m;
+        for (size_t i = 0; i < m; i++) v += (x[i * C + c] - mu) * (x[i * C + c] - mu);
+        v /= (double)m;
+        double is = 1.0 / sqrt(v + eps);
+        for (size_t i = 0; i < m; i++) y[i * C + c] = (x[i * C + c] - mu) * is * g[c] + b[c];
+        if (mean) mean[c] = mu;
+        if (var) var[c] = v;
+    }
+}
+static void ref_bn_bwd(tq_shape s, const double *x, const double *g, double eps, const double *dy,
+                       double *dx, double *dg, double *db) {
+    size_t m = (size_t)s.n * s.h * s.w, C = (size_t)s.c;
+    for (size_t c = 0; c < C; c++) {
+        double mu = 0, v = 0;
+        for (size_t i = 0; i < m; i++) mu += x[i * C + c];
+        mu /= (double)m;
+        for (size_t i = 0; i < m; i++) v += (x[i * C + c] - mu) * (x[i * C + c] - mu);
+        v /= (double)m;
+        double is = 1.0 / sqrt(v + eps), sb = 0, sg = 0;
+        for (size_t i = 0; i < m; i++) {
+            sb += dy[i * C + c];
+            sg += dy[i * C + c] * (x[i * C + c] - mu) * is;
+        }
+        for (size_t i = 0; i < m; i++) {
+            double xh = (x[i * C + c] - mu) * is;
+            dx[i * C + c] = g[c] * is / (double)m * ((double)m * dy[i * C + c] - sb - xh * sg);
+        }
+        dg[c] = sg;
+        db[c] = sb;
+    }
+}
+
+typedef struct {
+    tq_shape s;
+    double *x, *g, *b, *y, *r, eps;
+} bn_ctx;
+static double bn_loss(void *p) {
+    bn_ctx *c = p;
+    ref_bn_train(c->s, c->x, c->g, c->b, c->eps, c->y, NULL, NULL);
+    return ddot(c->r, c->y, tq_shape_numel(c->s));
+}
+
+/* bn_fwd_train, bn_fwd_infer (with the updated running stats) and bn_bwd (beta 0, then beta 1
+ * from dx0 with the dgamma/dbeta buffers accumulating a second time) in dtype dt. */
+typedef struct { float *y, *sm, *si, *rm, *rv, *yi, *dx, *dx1, *dg, *db, *dg2, *db2; } bn_out;
+
+static void bn_run(tq_shape s, tq_dtype dt, const float *x, const float *g, const float *b,
+                   const float *r, const float *dx0, const float *dg0, const float *db0,
+                   const float *rm0, const float *rv0, bn_out *o) {
+    size_t n = tq_shape_numel(s), C = (size_t)s.c;
+    float eps = 1e-5f, mom = 0.1f;
+    void *xh = to_dt(dt, x, n), *rh = to_dt(dt, r, n), *y = poisoned(dt, n);
+    void *yi = poisoned(dt, n), *dx = poisoned(dt, n), *dx1 = to_dt(dt, dx0, n);
+    o->sm = poisoned(TQ_F32, C);
+    o->si = poisoned(TQ_F32, C);
+    o->rm = fcopy(rm0, C);
+    o->rv = fcopy(rv0, C);
+    CHECK_OK(be->i->bn_fwd_train(be, s, dt, y, xh, g, b, o->sm, o->si, o->rm, o->rv, mom, eps));
+    CHECK_OK(be->i->bn_fwd_infer(be, s, dt, yi, xh, g, b, o->rm, o->rv, eps));
+    o->dg = fcopy(dg0, C);
+    o->db = fcopy(db0, C);
+    CHECK_OK(be->i->bn_bwd(be, s, dt, dx, 0.0f, o->dg, o->db, rh, xh, g, o->sm, o->si));
+    o->dg2 = fcopy(o->dg, C);
+    o->db2 = fcopy(o->db, C);
+    CHECK_OK(be->i->bn_bwd(be, s, dt, dx1, 1.0f, o->dg2, o->db2, rh, xh, g, o->sm, o->si));
+    o->y = from_dt(dt, y, n);
+    o->yi = from_dt(dt, yi, n);
+    o->dx = from_dt(dt, dx, n);
+    o->dx1 = from_dt(dt, dx1, n);
+}
+
+static void run_bn_case(tq_shape s, double xoff, int fd) {
+    size_t n = tq_shape_numel(s), C = (size_t)s.c, m = n / C;
+    float eps = 1e-5f, mom = 0.1f;
+    char name[80];
+    snprintf(name, sizeof name, "bn (%d,%d,%d,%d)", s.n, s.h, s.w, s.c);
+    float *x = frand(n, 1.5), *g = frand(C, 1), *b = frand(C, 1), *r = frand(n, 1);
+    for (size_t i = 0; i < n; i++) x[i] += (float)(xoff + 0.3 * (double)(i % C));
+    float *dx0 = frand(n, 1), *dg0 = frand(C, 1), *db0 = frand(C, 1);
+    float *rm0 = frand(C, 1), *rv0 = frand(C, 1);
+    for (size_t c = 0; c < C; c++) rv0[c] = fabsf(rv0[c]) + 0.5f;
+    bn_ctx ctx = { s, dup_d(x, n), dup_d(g, C), dup_d(b, C), dalloc(n), dup_d(r, n), eps };
+    double *yref = dalloc(n), *mean = dalloc(C), *var = dalloc(C);
+    ref_bn_train(s, ctx.x, ctx.g, ctx.b, eps, yref, mean, var);
+
+    bn_out o;
+    bn_run(s, TQ_F32, x, g, b, r, dx0, dg0, db0, rm0, rv0, &o);
+    CHECK_REL(rel_fd(o.y, yref, n), 1e-5, "%s fwd train", name);
+    double *e_sm = dalloc(C), *e_si = dalloc(C), *e_rm = dalloc(C), *e_rv = dalloc(C);
+    for (size_t c = 0; c < C; c++) {
+        e_sm[c] = mean[c];
+        e_si[c] = 1.0 / sqrt(var[c] + eps);
+        e_rm[c] = (1 - mom) * rm0[c] + mom * mean[c];
+        e_rv[c] = (1 - mom) * rv0[c] + mom * var[c] * (double)m / (double)(m - 1);
+    }
+    CHECK_REL(rel_fd(o.sm, e_sm, C), 1e-6, "%s save_mean", name);
+    CHECK_REL(rel_fd(o.si, e_si, C), 1e-6, "%s save_invstd", name);
+    CHECK_REL(rel_fd(o.rm, e_rm, C), 1e-6, "%s running_mean", name);
+    CHECK_REL(rel_fd(o.rv, e_rv, C), 1e-6, "%s running_var", name);
+    double *yiref = dalloc(n);
+    for (size_t i = 0; i < n; i++) {
+        size_t c = i % C;
+        yiref[i] = (x[i] - (double)o.rm[c]) / sqrt((double)o.rv[c] + eps) * g[c] + b[c];
+    }
+    CHECK_REL(rel_fd(o.yi, yiref, n), 1e-5, "%s fwd infer", name);
+
+    char what[120];
+    if (fd) {
+        snprintf(what, sizeof what, "%s dx", name);
+        fd_check(what, bn_loss, &ctx, ctx.x, n, o.dx, NULL, 1e-4);
+        snprintf(what, sizeof what, "%s dx (beta 1)", name);
+        fd_check(what, bn_loss, &ctx, ctx.x, n, o.dx1, dx0, 1e-4);
+        snprintf(what, sizeof what, "%s dgamma", name);
+        fd_check(what, bn_loss, &ctx, ctx.g, C, o.dg, dg0, 1e-4);
+        snprintf(what, sizeof what, "%s dbeta", name);
+        fd_check(what, bn_loss, &ctx, ctx.b, C, o.db, db0, 1e-4);
+    } else {
+        double *gx = dalloc(n), *gg = dalloc(C), *gb = dalloc(C);
+        ref_bn_bwd(s, ctx.x, ctx.g, eps, ctx.r, gx, gg, gb);
+        CHECK_REL(rel_fd(o.dx, gx, n), 1e-4, "%s dx", name);
+        CHECK_REL(rel_fd(fdiff(o.dx1, dx0, n), gx, n), 1e-4, "%s dx (beta 1)", name);
+        CHECK_REL(rel_fd(fdiff(o.dg, dg0, C), gg, C), 1e-4, "%s dgamma", name);
+        CHECK_REL(rel_fd(fdiff(o.db, db0, C), gb, C), 1e-5, "%s dbeta", name);
+    }
+    /* the second call used its own sums, not the accumulated buffers: same increment */
+    CHECK_REL(rel_ff(fdiff(o.dg2, o.dg, C), fdiff(o.dg, dg0, C), C), 1e-6, "%s dgamma again", name);
+    CHECK_REL(rel_ff(fdiff(o.db2, o.db, C), fdiff(o.db, db0, C), C), 1e-6, "%s dbeta again", name);
+
+    /* 16-bit: against f32 on the same (rounded) inputs */
+    for (tq_dtype dt = TQ_F16; dt <= TQ_BF16; dt++) {
+        bn_out l, f;
+        bn_run(s, dt, x, g, b, r, dx0, dg0, db0, rm0, rv0, &l);
+        bn_run(s, TQ_F32, rnd(dt, x, n), g, b, rnd(dt, r, n), rnd(dt, dx0, n), dg0, db0, rm0, rv0, &f);
+        const char *dn = dt_name(dt);
+        double tol = tol_dt(dt);
+        CHECK_REL(rel_ff(l.y, f.y, n), tol, "%s fwd %s", name, dn);
+        CHECK_REL(rel_ff(l.sm, f.sm, C), 1e-6, "%s save_mean %s", name, dn);
+        CHECK_REL(rel_ff(l.si, f.si, C), 1e-6, "%s save_invstd %s", name, dn);
+        CHECK_REL(rel_ff(l.yi, f.yi, n), tol, "%s infer %s", name, dn);
+        CHECK_REL(rel_ff(l.dx, f.dx, n), tol, "%s dx %s", name, dn);
+        CHECK_REL(rel_ff(l.dx1, f.dx1, n), tol, "%s dx beta1 %s", name, dn);
+        CHECK_REL(rel_ff(fdiff(l.dg, dg0, C), fdiff(f.dg, dg0, C), C), tol, "%s dgamma %s", name, dn);
+        CHECK_REL(rel_ff(fdiff(l.db, db0, C), fdiff(f.db, db0, C), C), tol, "%s dbeta %s", name, dn);
+    }
+}
+
+static void test_bn(void **state) {
+    (void)state;
+    run_bn_case((tq_shape){ 2, 3, 4, 5 }, 0.0, 1);
+    run_bn_case((tq_shape){ 3, 1, 1, 7 }, 2.0, 1);            /* after a linear layer */
+    run_bn_case((tq_shape){ 2, 2, 2, 300 }, 0.5, 1);          /* more than one channel group */
+}
+
+/* M ~ 10^5 with a large mean: the statistics must not lose precision */
+static void test_bn_large(void **state) {
+    (void)state;
+    run_bn_case((tq_shape){ 16, 80, 80, 3 }, 50.0, 0);
+    run_bn_case((tq_shape){ 8, 32, 32, 24 }, 0.0, 0);
+}
+
+/* results do not depend on the thread count */
+static void test_bn_deterministic(void **state) {
+    (void)state;
+    tq_shape s = { 16, 32, 32, 12 };
+    size_t n = tq_shape_numel(s), C = (size_t)s.c;
+    float *x = frand(n, 2), *g = frand(C, 1), *b = frand(C, 1), *dy = frand(n, 1);
+    float *y[2], *sm[2], *si[2], *dx[2], *dg[2], *db[2];
+    int saved = be->threads;
+    for (int t = 0; t < 2; t++) {
+        be->threads = t == 0 ? 1 : 2;
+        y[t] = poisoned(TQ_F32, n); dx[t] = poisoned(TQ_F32, n);
+        sm[t] = poisoned(TQ_F32, C); si[t] = poisoned(TQ_F32, C);
+        dg[t] = tmem(C * 4); db[t] = tmem(C * 4);
+        memset(dg[t], 0, C * 4); memset(db[t], 0, C * 4);
+        CHECK_OK(be->i->bn_fwd_train(be, s, TQ_F32, y[t], x, g, b, sm[t], si[t], NULL, NULL, 0.1f, 1e-5f));
+        CHECK_OK(be->i->bn_bwd(be, s, TQ_F32, dx[t], 0.0f, dg[t], db[t], dy, x, g, sm[t], si[t]));
+    }
+    be->threads = saved;
+    assert_memory_equal(y[0], y[1], n * 4);
+    assert_memory_equal(dx[0], dx[1], n * 4);
+    assert_memory_equal(sm[0], sm[1], C * 4);
+    assert_memory_equal(si[0], si[1], C * 4);
+    assert_memory_equal(dg[0], dg[1], C * 4);
+    assert_memory_equal(db[0], db[1], C * 4);
+}
+
+static void test_bn_bad(void **state) {
+    (void)state;
+    float v[4] = { 1, 2, 3, 4 }, o[4];
+    CHECK_EINVAL(be->i->bn_fwd_train(be, (tq_shape){ 1, 1, 1, 4 }, TQ_F32, o, v, v, v, o, o, NULL,
+                                     NULL, 0.1f, 1e-5f));
+    CHECK_EINVAL(be->i->bn_fwd_infer(be, (tq_shape){ 1, 0, 1, 4 }, TQ_F32, o, v, v, v, v, v, 1e-5f));
+}
+
+/* ---- element-wise ---- */
+
+typedef struct { size_t n; double *x, *r; } relu_ctx;
+static double relu_loss(void *p) {
+    relu_ctx *c = p;
+    double s = 0;
+    for (size_t i = 0; i < c->n; i++) s += c->r[i] * (c->x[i] > 0 ? c->x[i] : 0);
+    return s;
+}
+
+static void test_relu(void **state) {
+    (void)state;
+    size_t sizes[2] = { 1001, 100003 };
+    for (int t = 0; t < 2; t++) {
+        size_t n = sizes[t];
+        float *x = frand(n, 1), *r = frand(n, 1);
+        for (size_t i = 0; i < n; i++) if (fabsf(x[i]) < 1e-3f) x[i] = 0.5f;
+        float *y = poisoned(TQ_F32, n);
+        CHECK_OK(be->i->relu_fwd(be, n, TQ_F32, y, x));
+        for (size_t i = 0; i < n; i++) assert_true(y[i] == (x[i] > 0 ? x[i] : 0.0f));
+        float *dx = poisoned(TQ_F32, n), *dx0 = frand(n, 1), *dx1 = fcopy(dx0, n);
+        CHECK_OK(be->i->relu_bwd(be, n, TQ_F32, dx, 0.0f, r, y));
+        CHECK_OK(be->i->relu_bwd(be, n, TQ_F32, dx1, 1.0f, r, y));
+        relu_ctx ctx = { n, dup_d(x, n), dup_d(r, n) };
+        if (t == 0) {
+            fd_check("relu dx", relu_loss, &ctx, ctx.x, n, dx, NULL, 1e-6);
+            fd_check("relu dx (beta 1)", relu_loss, &ctx, ctx.x, n, dx1, dx0, 1e-6);
+        }
+        for (tq_dtype dt = TQ_F16; dt <= TQ_BF16; dt++) {
+            void *xh = to_dt(dt, x, n), *rh = to_dt(dt, r, n), *yh = poisoned(dt, n);
+            CHECK_OK(be->i->relu_fwd(be, n, dt, yh, xh));
+            CHECK_REL(rel_ff(from_dt(dt, yh, n), y, n), tol_dt(dt), "relu fwd %s", dt_name(dt));
+            void *dxh = poisoned(dt, n), *dxh1 = to_dt(dt, dx0, n);
+            CHECK_OK(be->i->relu_bwd(be, n, dt, dxh, 0.0f, rh, yh));
+            CHECK_REL(rel_ff(from_dt(dt, dxh, n), dx, n), tol_dt(dt), "relu bwd %s", dt_name(dt));
+            CHECK_OK(be->i->relu_bwd(be, n, dt, dxh1, 1.0f, rh, yh));
+            CHECK_REL(rel_ff(from_dt(dt, dxh1, n), dx1, n), tol_dt(dt), "relu bwd beta1 %s",
+                      dt_name(dt));
+        }
+    }
+    /* NaN propagates (as torch.relu) */
+    float xn[2] = { NAN, -1.0f }, yn[2];
+    CHECK_OK(be->i->relu_fwd(be, 2, TQ_F32, yn, xn));
+    assert_true(isnan(yn[0]) && yn[1] == 0.0f);
+}
+
+typedef struct { size_t n; double *a, *b, *r; } add_ctx;
+static double add_loss(void *p) {
+    add_ctx *c = p;
+    double s = 0;
+    for (size_t i = 0; i < c->n; i++) s += c->r[i] * (c->a[i] + c->b[i]);
+    return s;
+}
+
+static void test_add_accumulate(void **state) {
+    (void)state;
+    size_t sizes[2] = { 999, 70001 };
+    for (int t = 0; t < 2; t++) {
+        size_t n = sizes[t];
+        float *a = frand(n, 1), *b = frand(n, 1), *r = frand(n, 1);
+        float *y = poisoned(TQ_F32, n);
+        CHECK_OK(be->i->add_fwd(be, n, TQ_F32, y, a, b));
+        double *yref = dalloc(n);
+        for (size_t i = 0; i < n; i++) yref[i] = (double)a[i] + b[i];
+        CHECK_REL(rel_fd(y, yref, n), 1e-7, "add fwd");
+        /* residual add backward: both inputs receive dy, the second through beta 1 */
+        float *da = poisoned(TQ_F32, n), *db0 = frand(n, 1), *db = fcopy(db0, n);
+        CHECK_OK(be->i->accumulate(be, n, TQ_F32, da, 0.0f, r));
+        CHECK_OK(be->i->accumulate(be, n, TQ_F32, db, 1.0f, r));
+        add_ctx ctx = { n, dup_d(a, n), dup_d(b, n), dup_d(r, n) };
+        fd_check("add da (beta 0)", add_loss, &ctx, ctx.a, n, da, NULL, 1e-4);
+        fd_check("add db (beta 1)", add_loss, &ctx, ctx.b, n, db, db0, 1e-4);
+        float *d2 = fcopy(db0, n);
+        CHECK_OK(be->i->accumulate(be, n, TQ_F32, d2, 0.5f, r));
+        for (size_t i = 0; i < n; i++) assert_true(d2[i] == 0.5f * db0[i] + r[i]);
+        for (tq_dtype dt = TQ_F16; dt <= TQ_BF16; dt++) {
+            void *ah = to_dt(dt, a, n), *bh = to_dt(dt, b, n), *yh = poisoned(dt, n);
+            CHECK_OK(be->i->add_fwd(be, n, dt, yh, ah, bh));
+            CHECK_REL(rel_ff(from_dt(dt, yh, n), y, n), tol_dt(dt), "add %s", dt_name(dt));
+            void *rh = to_dt(dt, r, n), *dah = poisoned(dt, n), *dbh = to_dt(dt, db0, n);
+            CHECK_OK(be->i->accumulate(be, n, dt, dah, 0.0f, rh));
+            assert_memory_equal(dah, rh, n * 2);
+            CHECK_OK(be->i->accumulate(be, n, dt, dbh, 1.0f, rh));
+            CHECK_REL(rel_ff(from_dt(dt, dbh, n), db, n), tol_dt(dt), "accumulate %s", dt_name(dt));
+        }
+    }
+}
+
+/* ---- pooling ---- */
+
+static void ref_maxpool(tq_shape s, const double *x, double *y) {
+    int P = s.h / 2, Q = s.w / 2, C = s.c;
+    for (int n = 0; n < s.n; n++)
+        for (int p = 0; p < P; p++)
+            for (int q = 0; q < Q; q++)
+                for (int c = 0; c < C; c++) {
+                    double m = -INFINITY;
+                    for (int a = 0; a < 2; a++)
+                        for (int b = 0; b < 2; b++) {
+                            double v = x[(((size_t)n * s.h + 2 * p + a) * s.w + 2 * q + b) * C + c];
+                            if (v > m) m = v;
+                        }
+                    y[(((size_t)n * P + p) * Q + q) * C + c] = m;
+                }
+}
+typedef struct { tq_shape s; double *x, *y, *r; size_t ny; int avg; } pool_ctx;
+static double pool_loss(void *p) {
+    pool_ctx *c = p;
+    if (c->avg) {
+        size_t hw = (size_t)c->s.h * c->s.w, C = (size_t)c->s.c;
+        for (int n = 0; n < c->s.n; n++)
+            for (size_t ch = 0; ch < C; ch++) {
+                double a = 0;
+                for (size_t i = 0; i < hw; i++) a += c->x[((size_t)n * hw + i) * C + ch];
+                c->y[(size_t)n * C + ch] = a / (double)hw;
+            }
+    } else {
+        ref_maxpool(c->s, c->x, c->y);
+    }
+    return ddot(c->r, c->y, c->ny);
+}
+
+static void pool_run(tq_shape s, int avg, tq_dtype dt, const float *x, const float *r,
+                     const float *dx0, float **yo, float **dxo, float **dx1o) {
+    size_t nx = tq_shape_numel(s), ny = avg ? (size_t)s.n * s.c : (size_t)s.n * (s.h / 2) * (s.w / 2) * s.c;
+    void *xh = to_dt(dt, x, nx), *rh = to_dt(dt, r, ny), *y = poisoned(dt, ny);
+    void *dx = poisoned(dt, nx), *dx1 = to_dt(dt, dx0, nx);
+    if (avg) {
+        CHECK_OK(be->i->avgpool_fwd(be, s, dt, y, xh));
+        CHECK_OK(be->i->avgpool_bwd(be, s, dt, dx, 0.0f, rh));
+        CHECK_OK(be->i->avgpool_bwd(be, s, dt, dx1, 1.0f, rh));
+    } else {
+        CHECK_OK(be->i->maxpool_fwd(be, s, dt, y, xh));
+        CHECK_OK(be->i->maxpool_bwd(be, s, dt, dx, 0.0f, rh, xh));
+        CHECK_OK(be->i->maxpool_bwd(be, s, dt, dx1, 1.0f, rh, xh));
+    }
+    *yo = from_dt(dt, y, ny);
+    *dxo = from_dt(dt, dx, nx);
+    *dx1o = from_dt(dt, dx1, nx);
+}
+
+static void run_pool_case(tq_shape s, int avg) {
+    tq_shape ys = avg ? (tq_shape){ s.n, 1, 1, s.c } : (tq_shape){ s.n, s.h / 2, s.w / 2, s.c };
+    size_t nx = tq_shape_numel(s), ny = tq_shape_numel(ys);
+    const char *name = avg ? "avgpool" : "maxpool";
+    float *x = frand(nx, 1), *r = frand(ny, 1), *dx0 = frand(nx, 1);
+    pool_ctx ctx = { s, dup_d(x, nx), dalloc(ny), dup_d(r, ny), ny, avg };
+    pool_loss(&ctx);
+    float *y, *dx, *dx1;
+    pool_run(s, avg, TQ_F32, x, r, dx0, &y, &dx, &dx1);
+    CHECK_REL(rel_fd(y, ctx.y, ny), 1e-6, "%s fwd", name);
+    char what[64];
+    snprintf(what, sizeof what, "%s dx", name);
+    fd_check(what, pool_loss, &ctx, ctx.x, nx, dx, NULL, 1e-6);
+    snprintf(what, sizeof what, "%s dx (beta 1)", name);
+    fd_check(what, pool_loss, &ctx, ctx.x, nx, dx1, dx0, 1e-6);
+    for (tq_dtype dt = TQ_F16; dt <= TQ_BF16; dt++) {
+        float *yl, *dxl, *dx1l, *yf, *dxf, *dx1f;
+        pool_run(s, avg, dt, x, r, dx0, &yl, &dxl, &dx1l);
+        pool_run(s, avg, TQ_F32, rnd(dt, x, nx), rnd(dt, r, ny), rnd(dt, dx0, nx), &yf, &dxf, &dx1f);
+        CHECK_REL(rel_ff(yl, yf, ny), tol_dt(dt), "%s fwd %s", name, dt_name(dt));
+        CHECK_REL(rel_ff(dxl, dxf, nx), tol_dt(dt), "%s bwd %s", name, dt_name(dt));
+        CHECK_REL(rel_ff(dx1l, dx1f, nx), tol_dt(dt), "%s bwd beta1 %s", name, dt_name(dt));
+    }
+}
+
+static void test_maxpool(void **state) {
+    (void)state;
+    run_pool_case((tq_shape){ 2, 6, 4, 3 }, 0);
+    run_pool_case((tq_shape){ 2, 5, 6, 3 }, 0);    /* odd height: last row in no window */
+    run_pool_case((tq_shape){ 1, 4, 7, 2 }, 0);    /* odd width */
+    run_pool_case((tq_shape){ 8, 32, 32, 16 }, 0); /* the parallel path */
+    /* ties: the first maximum in row-major window order gets the gradient */
+    float x[4] = { 1, 3, 3, 3 }, y, dy = 2, dx[4];
+    tq_shape s = { 1, 2, 2, 1 };
+    CHECK_OK(be->i->maxpool_fwd(be, s, TQ_F32, &y, x));
+    assert_true(y == 3.0f);
+    CHECK_OK(be->i->maxpool_bwd(be, s, TQ_F32, dx, 0.0f, &dy, x));
+    assert_true(dx[0] == 0 && dx[1] == 2 && dx[2] == 0 && dx[3] == 0);
+    CHECK_EINVAL(be->i->maxpool_fwd(be, (tq_shape){ 1, 1, 4, 1 }, TQ_F32, &y, x));
+}
+
+static void test_avgpool(void **state) {
+    (void)state;
+    run_pool_case((tq_shape){ 3, 4, 5, 6 }, 1);
+    run_pool_case((tq_shape){ 4, 8, 8, 300 }, 1);
+}
+
+/* ---- softmax cross-entropy ---- */
+
+typedef struct { int n, k; double *z; const int32_t *lab; double scale; } ce_ctx;
+static double ce_loss_sum(int n, int k, const double *z, const int32_t *lab) {
+    double L = 0;
+    for (int i = 0; i < n; i++) {
+        double m = z[(size_t)i * k];
+        for (int j = 1; j < k; j++) if (z[(size_t)i * k + j] > m) m = z[(size_t)i * k + j];
+        double s = 0;
+        for (int j = 0; j < k; j++) s += exp(z[(size_t)i * k + j] - m);
+        L += m + log(s) - z[(size_t)i * k + lab[i]];
+    }
+    return L;
+}
+static double ce_loss(void *p) {
+    ce_ctx *c = p;
+    return c->scale * ce_loss_sum(c->n, c->k, c->z, c->lab) / c->n;
+}
+
+static void test_softmax_ce(void **state) {
+    (void)state;
+    int n = 9, k = 10;
+    size_t nz = (size_t)n * k;
+    float *z = frand(nz, 4);
+    int32_t lab[9];
+    for (int i = 0; i < n; i++) lab[i] = (int32_t)((i * 7 + 3) % k);
+    /* make a few predictions right */
+    for (int i = 0; i < 3; i++) z[(size_t)i * k + lab[i]] = 9.0f;
+    double *zd = dup_d(z, nz);
+    int hits = 0;
+    for (int i = 0; i < n; i++) {
+        int am = 0;
+        for (int j = 1; j < k; j++) if (z[(size_t)i * k + j] > z[(size_t)i * k + am]) am = j;
+        hits += am == lab[i];
+    }
+    assert_true(hits >= 3);
+    double Lsum = ce_loss_sum(n, k, zd, lab);
+    float gscale = 256.0f / 4.0f;
+    float out[2] = { 0.25f, 1.0f };
+    float *dz = poisoned(TQ_F32, nz);
+    CHECK_OK(be->i->softmax_ce(be, n, k, TQ_F32, dz, z, lab, gscale, out));
+    CHECK_REL(fabs(out[0] - 0.25 - Lsum) / Lsum, 1e-5, "softmax_ce loss");
+    assert_true(out[1] == 1.0f + (float)hits);
+    ce_ctx ctx = { n, k, zd, lab, gscale };
+    fd_check("softmax_ce dlogits", ce_loss, &ctx, zd, nz, dz, NULL, 1e-5);
+    float ev[2] = { 0, 0 };
+    CHECK_OK(be->i->softmax_ce_eval(be, n, k, TQ_F32, z, lab, ev));
+    CHECK_REL(fabs(ev[0] - Lsum) / Lsum, 1e-5, "softmax_ce_eval loss");
+    assert_true(ev[1] == (float)hits);
+    for (tq_dtype dt = TQ_F16; dt <= TQ_BF16; dt++) {
+        void *zh = to_dt(dt, z, nz), *dzh = poisoned(dt, nz);
+        float o2[2] = { 0, 0 };
+        CHECK_OK(be->i->softmax_ce(be, n, k, dt, dzh, zh, lab, gscale, o2));
+        CHECK_REL(rel_ff(from_dt(dt, dzh, nz), dz, nz), tol_dt(dt), "softmax_ce dlogits %s",
+                  dt_name(dt));
+        CHECK_REL(fabs(o2[0] - Lsum) / Lsum, tol_dt(dt), "softmax_ce loss %s", dt_name(dt));
+    }
+    /* ties: the first maximum is the prediction */
+    float tie[6] = { 1, 1, 1, 1, 1, 1 };
+    int32_t tl[2] = { 0, 1 };
+    float o3[2] = { 0, 0 };
+    CHECK_OK(be->i->softmax_ce_eval(be, 2, 3, TQ_F32, tie, tl, o3));
+    assert_true(o3[1] == 1.0f);
+    CHECK_REL(fabs(o3[0] - 2 * log(3.0)) / (2 * log(3.0)), 1e-6, "softmax_ce uniform loss");
+    /* a bad label is an error, not a wild read */
+    int32_t bad[2] = { 0, 3 };
+    CHECK_EINVAL(be->i->softmax_ce_eval(be, 2, 3, TQ_F32, tie, bad, o3));
+    bad[1] = -1;
+    CHECK_EINVAL(be->i->softmax_ce(be, 2, 3, TQ_F32, dz, tie, bad, 1.0f, o3));
+}
+
+/* ---- casts and flat-buffer passes ---- */
+
+static void test_cast(void **state) {
+    (void)state;
+    size_t n = 50000;
+    float *a = frand(n, 1);
+    for (size_t i = 0; i < n; i++) a[i] = ldexpf(a[i], (int)(i % 60) - 40);  /* wide range */
+    float sp[8] = { INFINITY, -INFINITY, NAN, 65504.0f, 70000.0f, 1e-8f, -0.0f, 3.0e38f };
+    memcpy(a, sp, sizeof sp);
+    for (tq_dtype dt = TQ_F16; dt <= TQ_BF16; dt++) {
+        void *h = poisoned(dt, n);
+        float *back = poisoned(TQ_F32, n);
+        CHECK_OK(be->i->cast(be, n, dt, h, TQ_F32, a));
+        CHECK_OK(be->i->cast(be, n, TQ_F32, back, dt, h));
+        for (size_t i = 0; i < n; i++) {
+            float e = tq_round_to(dt, a[i]);
+            if (isnan(e)) assert_true(isnan(back[i]));
+            else assert_memory_equal(&e, &back[i], 4);
+        }
+        /* 16 → other 16 */
+        tq_dtype o = dt == TQ_F16 ? TQ_BF16 : TQ_F16;
+        void *h2 = poisoned(o, n);
+        CHECK_OK(be->i->cast(be, n, o, h2, dt, h));
+        for (size_t i = 0; i < n; i++) {
+            float e = tq_round_to(o, tq_ld(h, dt, i)), g = tq_ld(h2, o, i);
+            if (isnan(e)) assert_true(isnan(g));
+            else assert_memory_equal(&e, &g, 4);
+        }
+    }
+    float *c = poisoned(TQ_F32, n);
+    CHECK_OK(be->i->cast(be, n, TQ_F32, c, TQ_F32, a));
+    assert_memory_equal(c, a, n * 4);
+}
+
+static void test_unscale_check(void **state) {
+    (void)state;
+    size_t n = 100000;
+    float *g0 = frand(n, 1000), *g = fcopy(g0, n), inv = 1.0f / 1024.0f, found = 0.0f;
+    CHECK_OK(be->i->unscale_check(be, n, g, inv, &found));
+    assert_true(found == 0.0f);
+    for (size_t i = 0; i < n; i++) assert_true(g[i] == g0[i] * inv);
+    size_t pos[3] = { n - 1, 5, 77777 };
+    float bad[3] = { INFINITY, NAN, -INFINITY };
+    for (int t = 0; t < 3; t++) {
+        float *h = fcopy(g0, n);
+        h[pos[t]] = bad[t];
+        found = 0.0f;
+        CHECK_OK(be->i->unscale_check(be, n, h, inv, &found));
+        assert_true(found == 1.0f);
+    }
+    /* small buffer (serial path), overflow caused by the scaling itself */
+    float s[3] = { 1.0f, 3e38f, 2.0f };
+    found = 0.0f;
+    CHECK_OK(be->i->unscale_check(be, 3, s, 10.0f, &found));
+    assert_true(found == 1.0f);
+    float s2[3] = { 1.0f, NAN, 2.0f };
+    found = 0.0f;
+    CHECK_OK(be->i->unscale_check(be, 3, s2, 0.5f, &found));
+    assert_true(found == 1.0f && s2[0] == 0.5f && s2[2] == 1.0f);
+}
+
+static void test_sgd(void **state) {
+    (void)state;
+    size_t n = 40000;
+    struct { float mom, wd; int nest; } cfg[4] = { { 0.9f, 5e-4f, 0 }, { 0.9f, 5e-4f, 1 },
+                                                   { 0.0f, 1e-2f, 0 }, { 0.5f, 0.0f, 0 } };
+    for (int c = 0; c < 4; c++) {
+        float *w = frand(n, 1), *buf = tmem(n * 4), lr = 0.05f;
+        memset(buf, 0, n * 4);
+        double *wr = dup_d(w, n), *br = dalloc(n);
+        memset(br, 0, n * 8);
+        for (int step = 0; step < 3; step++) {
+            float *g = frand(n, 1);
+            CHECK_OK(be->i->sgd_step(be, n, w, g, cfg[c].mom == 0 ? NULL : buf, lr, cfg[c].mom,
+                                     cfg[c].wd, cfg[c].nest));
+            for (size_t i = 0; i < n; i++) {       /* torch.optim.SGD, dampening 0 */
+                double d = g[i] + (double)cfg[c].wd * wr[i];
+                if (cfg[c].mom != 0) {
+                    br[i] = step == 0 ? d : cfg[c].mom * br[i] + d;
+                    d = cfg[c].nest ? d + cfg[c].mom * br[i] : br[i];
+                }
+                wr[i] -= lr * d;
+            }
+        }
+        CHECK_REL(rel_fd(w, wr, n), 1e-6, "sgd w (config %d)", c);
+        if (cfg[c].mom != 0) CHECK_REL(rel_fd(buf, br, n), 1e-6, "sgd buf (config %d)", c);
+    }
+    float w1 = 1, g1 = 1;
+    CHECK_EINVAL(be->i->sgd_step(be, 1, &w1, &g1, NULL, 0.1f, 0.9f, 0.0f, 0));
+}
+
+static void test_adamw(void **state) {
+    (void)state;
+    size_t n = 40000;
+    float lr = 1e-3f, b1 = 0.9f, b2 = 0.999f, eps = 1e-8f, wd = 1e-2f;
+    float *w = frand(n, 1), *m = tmem(n * 4), *v = tmem(n * 4);
+    memset(m, 0, n * 4);
+    memset(v, 0, n * 4);
+    double *wr = dup_d(w, n), *mr = dalloc(n), *vr = dalloc(n);
+    memset(mr, 0, n * 8);
+    memset(vr, 0, n * 8);
+    for (int t = 1; t <= 4; t++) {
+        float *g = frand(n, 0.1);
+        float bc1 = 1.0f - powf(b1, (float)t), bc2 = 1.0f - powf(b2, (float)t);
+        CHECK_OK(be->i->adamw_step(be, n, w, g, m, v, lr, b1, b2, eps, wd, bc1, bc2));
+        for (size_t i = 0; i < n; i++) {       /* torch.optim.AdamW */
+            wr[i] *= 1.0 - (double)lr * wd;
+            mr[i] = b1 * mr[i] + (1.0 - b1) * g[i];
+            vr[i] = b2 * vr[i] + (1.0 - b2) * (double)g[i] * g[i];
+            double denom = sqrt(vr[i]) / sqrt((double)bc2) + eps;
+            wr[i] -= (double)lr / bc1 * mr[i] / denom;
+        }
+    }
+    CHECK_REL(rel_fd(w, wr, n), 1e-6, "adamw w");
+    CHECK_REL(rel_fd(m, mr, n), 1e-5, "adamw m");
+    CHECK_REL(rel_fd(v, vr, n), 1e-5, "adamw v");
+}
+
+/* ---- data ---- */
+
+static void test_load_batch(void **state) {
+    (void)state;
+    int N = 5, H = 5, W = 6, C = 3, pad = 2, n = 4;
+    size_t isz = (size_t)H * W * C;
+    uint8_t *img = tmem((size_t)N * isz), lab[5] = { 3, 1, 4, 1, 5 };
+    for (size_t i = 0; i < (size_t)N * isz; i++) img[i] = (uint8_t)(urand() * 127.5 + 128);
+    int32_t idx[4] = { 4, 0, 2, 4 };
+    tq_aug aug[4] = { { 2, 2, 0 }, { 0, 0, 1 }, { 4, 1, 1 }, { 3, 4, 0 } };
+    float mean[3] = { 0.49f, 0.48f, 0.45f }, inv_std[3] = { 1 / 0.25f, 1 / 0.24f, 1 / 0.26f };
+    int32_t labels[4];
+    for (int use_aug = 0; use_aug < 2; use_aug++) {
+        /* reference: zero-pad, crop at (dy, dx), then flip the crop */
+        float *ref = tmem((size_t)n * isz * 4);
+        int PH = H + 2 * pad, PW = W + 2 * pad;
+        uint8_t *padded = tmem((size_t)PH * PW * C);
+        for (int i = 0; i < n; i++) {
+            const uint8_t *src = img + (size_t)idx[i] * isz;
+            memset(padded, 0, (size_t)PH * PW * C);
+            for (int y = 0; y < H; y++)
+                memcpy(padded + ((size_t)(y + pad) * PW + pad) * C, src + (size_t)y * W * C,
+                       (size_t)W * C);
+            for (int y = 0; y < H; y++)
+                for (int x = 0; x < W; x++)
+                    for (int c = 0; c < C; c++) {
+                        uint8_t px;
+                        if (use_aug) {
+                            int cx = aug[i].flip ? W - 1 - x : x;    /* flip of the crop */
+                            px = padded[((size_t)(y + aug[i].dy) * PW + cx + aug[i].dx) * C + c];
+                        } else {
+                            px = src[((size_t)y * W + x) * C + c];
+                        }
+                        ref[(size_t)i * isz + ((size_t)y * W + x) * C + c] =
+                            tq_normalize_px(px, mean[c], inv_std[c]);
+                    }
+        }
+        for (tq_dtype dt = TQ_F32; dt <= TQ_BF16; dt++) {
+            void *x = poisoned(dt, (size_t)n * isz);
+            memset(labels, 0xff, sizeof labels);
+            CHECK_OK(be->i->load_batch(be, n, H, W, C, dt, x, labels, img, lab, idx,
+                                       use_aug ? aug : NULL, pad, mean, inv_std));
+            for (size_t j = 0; j < (size_t)n * isz; j++) {
+                float e = tq_round_to(dt, ref[j]), g = tq_ld(x, dt, j);
+                assert_memory_equal(&e, &g, 4);
+            }
+            for (int i = 0; i < n; i++) assert_int_equal(labels[i], lab[idx[i]]);
+        }
+    }
+    /* a zero pixel is normalised too */
+    tq_aug far = { 0, 0, 0 };
+    float x1[3 * 5 * 6];
+    CHECK_OK(be->i->load_batch(be, 1, H, W, C, TQ_F32, x1, labels, img, lab, idx, &far, pad, mean,
+                               inv_std));
+    assert_true(x1[0] == tq_normalize_px(0, mean[0], inv_std[0]));
+    CHECK_EINVAL(be->i->load_batch(be, 1, 0, W, C, TQ_F32, x1, labels, img, lab, idx, NULL, 0,
+                                   mean, inv_std));
+}
+
+/* ---- memory ---- */
+
+static void test_alloc_accounting(void **state) {
+    (void)state;
+    tq_backend *b2 = tq_cpu_backend_new(0);
+    assert_non_null(b2);
+    assert_string_equal(b2->i->name, "cpu");
+    assert_true(b2->bytes_live == 0 && b2->bytes_peak == 0);
+    unsigned char *a = b2->i->alloc(b2, 100);
+    assert_non_null(a);
+    assert_true(((uintptr_t)a & 63) == 0);
+    memset(a, 1, 100);
+    assert_true(b2->bytes_live == 100 && b2->bytes_peak == 100);
+    unsigned char *b = b2->i->alloc(b2, 1000);
+    assert_true(((uintptr_t)b & 63) == 0);
+    b2->i->memset0(b2, b, 1000);
+    for (int i = 0; i < 1000; i++) assert_int_equal(b[i], 0);
+    assert_true(b2->bytes_live == 1100 && b2->bytes_peak == 1100);
+    b2->i->free(b2, a);
+    assert_true(b2->bytes_live == 1000 && b2->bytes_peak == 1100);
+    unsigned char *c = b2->i->alloc(b2, 63);
+    assert_true(b2->bytes_live == 1063 && b2->bytes_peak == 1100);
+    unsigned char *z = b2->i->alloc(b2, 0);
+    assert_non_null(z);
+    assert_true(b2->bytes_live == 1063);
+    unsigned char host[63];
+    for (int i = 0; i < 63; i++) host[i] = (unsigned char)i;
+    b2->i->to_device(b2, c, host, 63);
+    b2->i->copy(b2, b, c, 63);
+    memset(host, 0, 63);
+    b2->i->to_host(b2, host, b, 63);
+    for (int i = 0; i < 63; i++) assert_int_equal(host[i], i);
+    unsigned char *big = b2->i->alloc(b2, 5000);
+    assert_true(b2->bytes_live == 6063 && b2->bytes_peak == 6063);
+    b2->i->free(b2, NULL);
+    b2->i->free(b2, big);
+    b2->i->free(b2, z);
+    b2->i->free(b2, b);
+    b2->i->free(b2, c);
+    assert_true(b2->bytes_live == 0 && b2->bytes_peak == 6063);
+    assert_null(b2->i->alloc(b2, SIZE_MAX - 8));
+    assert_true(b2->err[0] != 0);
+    assert_true(b2->bytes_live == 0);
+    b2->i->sync(b2);
+    double t0 = b2->i->now_ms(b2), t1 = b2->i->now_ms(b2);
+    assert_true(t1 >= t0 && t0 > 0);
+    tq_backend_seterr(b2, "x=%d", 42);
+    assert_string_equal(b2->err, "x=42");
+    tq_backend_free(b2);
+    tq_backend_free(NULL);
+}
+
+static void test_vtable_complete(void **state) {
+    (void)state;
+    const void *const *slots = (const void *const *)be->i;
+    size_t nslots = sizeof(tq_backend_i) / sizeof(void *);
+    for (size_t i = 0; i < nslots; i++) assert_non_null(slots[i]);
+}
+
+static int setup(void **state) {
+    (void)state;
+    be = tq_cpu_backend_new(2);
+    return be ? 0 : -1;
+}
+static int teardown(void **state) {
+    (void)state;
+    tq_backend_free(be);
+    return 0;
+}
+
+#define T(f) cmocka_unit_test_teardown(f, teardown_mem)
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        T(test_vtable_complete), T(test_alloc_accounting), T(test_conv), T(test_conv_chunked),
+        T(test_linear), T(test_conv_bad_desc), T(test_bn), T(test_bn_large),
+        T(test_bn_deterministic), T(test_bn_bad), T(test_relu), T(test_add_accumulate),
+        T(test_maxpool), T(test_avgpool), T(test_softmax_ce), T(test_cast),
+        T(test_unscale_check), T(test_sgd), T(test_adamw), T(test_load_batch),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}

@@ -1,0 +1,739 @@
+/* test_spec.c — the job spec parser/renderer (train/spec.c) against CONTRACT.md's table:
+ * defaults, every field's good values, a battery of bad inputs each with the field it must
+ * name, the wording of the messages, and the parse(to_json(s)) == s round trip. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "spec.h"
+
+/* ---- helpers -------------------------------------------------------------------------- */
+
+static tq_spec parse_ok(const char *json) {
+    tq_spec s;
+    tq_spec_err e;
+    int rc = tq_spec_parse(&s, json, &e);
+    if (rc != TQ_SPEC_OK) print_error("unexpected error for %s: [%s] %s\n", json, e.field, e.message);
+    assert_int_equal(rc, TQ_SPEC_OK);
+    assert_string_equal(e.field, "");
+    return s;
+}
+
+/* Field-by-field equality (strings by content), so a failure says which field differs. */
+static int spec_equal(const tq_spec *a, const tq_spec *b) {
+#define EQ(f) do { if (a->f != b->f) { print_error("spec field " #f " differs\n"); return 0; } } while (0)
+#define SEQ(f) do { if (strcmp(a->f, b->f)) { print_error("spec field " #f " differs: \"%s\" vs \"%s\"\n", a->f, b->f); return 0; } } while (0)
+    SEQ(name); EQ(model); EQ(dataset); SEQ(data_dir); EQ(batch_size); EQ(accum_steps); EQ(amp);
+    EQ(steps); EQ(epochs);
+    EQ(optimizer.type); EQ(optimizer.lr); EQ(optimizer.momentum); EQ(optimizer.weight_decay);
+    EQ(optimizer.beta1); EQ(optimizer.beta2); EQ(optimizer.eps); EQ(optimizer.nesterov);
+    EQ(lr_schedule.type); EQ(lr_schedule.warmup_steps); EQ(lr_schedule.step_size);
+    EQ(lr_schedule.gamma);
+    EQ(loss_scale.init); EQ(loss_scale.growth_factor); EQ(loss_scale.backoff_factor);
+    EQ(loss_scale.growth_interval);
+    EQ(seed); EQ(shuffle); EQ(augment); EQ(train_subset); EQ(eval_subset); EQ(eval_every);
+    EQ(checkpoint_every); SEQ(init_from); SEQ(device); EQ(max_memory_mb); EQ(priority);
+    SEQ(submission_id); EQ(timeout_s); EQ(cudnn_benchmark); EQ(prune_amount); EQ(quantize_int8);
+    EQ(synthetic.train); EQ(synthetic.test); EQ(synthetic.h); EQ(synthetic.w); EQ(synthetic.c);
+    EQ(threads);
+#undef EQ
+#undef SEQ
+    return 1;
+}
+
+/* parse → render → parse gives the same spec, and rendering again gives the same text */
+static void check_round_trip(const char *json) {
+    tq_spec a = parse_ok(json), b;
+    char *text = tq_spec_to_json(&a);
+    assert_non_null(text);
+    tq_spec_err e;
+    int rc = tq_spec_parse(&b, text, &e);
+    if (rc) print_error("re-parse of %s failed: [%s] %s\n", text, e.field, e.message);
+    assert_int_equal(rc, TQ_SPEC_OK);
+    if (!spec_equal(&a, &b)) print_error("round trip of %s via %s\n", json, text);
+    assert_true(spec_equal(&a, &b));
+    assert_memory_equal(&a, &b, sizeof a);
+    char *text2 = tq_spec_to_json(&b);
+    assert_string_equal(text, text2);
+    free(text);
+    free(text2);
+}
+
+/* The rendered spec as a cJSON tree (caller deletes). */
+static cJSON *render(const char *json) {
+    tq_spec s = parse_ok(json);
+    char *text = tq_spec_to_json(&s);
+    assert_non_null(text);
+    cJSON *j = cJSON_Parse(text);
+    free(text);
+    assert_non_null(j);
+    return j;
+}
+
+static int has_keys_exactly(const cJSON *obj, const char *const *keys, int n) {
+    if (cJSON_GetArraySize(obj) != n) return 0;
+    for (int i = 0; i < n; i++)
+        if (!cJSON_GetObjectItemCaseSensitive(obj, keys[i])) return 0;
+    return 1;
+}
+
+/* ---- defaults ------------------------------------------------------------------------- */
+
+static void test_defaults(void **state) {
+    (void)state;
+    tq_spec s = parse_ok("{}"), d;
+    assert_string_equal(s.name, "");
+    assert_int_equal(s.model, TQ_MODEL_CNN);
+    assert_int_equal(s.dataset, TQ_DATA_FASHION_MNIST);
+    assert_string_equal(s.data_dir, "/usr/share/datasets/fashion-mnist");
+    assert_int_equal(s.batch_size, 32);
+    assert_int_equal(s.accum_steps, 1);
+    assert_int_equal(s.amp, TQ_AMP_OFF);
+    assert_int_equal(s.steps, 0);
+    assert_true(s.epochs == 1.0);
+    assert_int_equal(s.optimizer.type, TQ_OPT_SGD);
+    assert_true(s.optimizer.lr == 0.05);
+    assert_true(s.optimizer.momentum == 0.9);
+    assert_int_equal(s.optimizer.nesterov, 1);
+    assert_true(s.optimizer.weight_decay == 5e-4);
+    assert_int_equal(s.lr_schedule.type, TQ_SCHED_CONSTANT);
+    assert_int_equal(s.lr_schedule.warmup_steps, 0);
+    assert_int_equal(s.lr_schedule.step_size, 1000);
+    assert_true(s.lr_schedule.gamma == 0.1);
+    assert_true(s.loss_scale.init == 65536);
+    assert_true(s.loss_scale.growth_factor == 2);
+    assert_true(s.loss_scale.backoff_factor == 0.5);
+    assert_int_equal(s.loss_scale.growth_interval, 2000);
+    assert_int_equal(s.seed, 0);
+    assert_int_equal(s.shuffle, 1);
+    assert_int_equal(s.augment, 0);
+    assert_int_equal(s.train_subset, 0);
+    assert_int_equal(s.eval_subset, 0);
+    assert_int_equal(s.eval_every, 0);
+    assert_int_equal(s.checkpoint_every, 500);
+    assert_string_equal(s.init_from, "");
+    assert_string_equal(s.device, "auto");
+    assert_int_equal(s.max_memory_mb, 0);
+    assert_int_equal(s.priority, 0);
+    assert_string_equal(s.submission_id, "");
+    assert_int_equal(s.timeout_s, 0);
+    assert_int_equal(s.cudnn_benchmark, 1);
+    assert_true(s.prune_amount < 0);
+    assert_int_equal(s.quantize_int8, 0);
+    assert_int_equal(s.synthetic.train, 10000);
+    assert_int_equal(s.synthetic.test, 2000);
+    assert_int_equal(s.synthetic.h, 32);
+    assert_int_equal(s.synthetic.w, 32);
+    assert_int_equal(s.synthetic.c, 3);
+    assert_int_equal(s.threads, 0);
+
+    tq_spec_defaults(&d);
+    assert_true(spec_equal(&s, &d));
+    assert_memory_equal(&s, &d, sizeof s);
+    /* whitespace around the object is fine */
+    s = parse_ok(" \n\t{ }\n");
+    assert_true(spec_equal(&s, &d));
+}
+
+static void test_default_rendering(void **state) {
+    (void)state;
+    tq_spec s;
+    tq_spec_defaults(&s);
+    char *text = tq_spec_to_json(&s);
+    assert_non_null(text);
+    assert_string_equal(text,
+        "{\"name\":\"\",\"model\":\"cnn\",\"dataset\":\"fashion-mnist\","
+        "\"data_dir\":\"/usr/share/datasets/fashion-mnist\",\"batch_size\":32,\"accum_steps\":1,"
+        "\"amp\":\"off\",\"epochs\":1,"
+        "\"optimizer\":{\"type\":\"sgd\",\"lr\":0.05,\"momentum\":0.9,\"nesterov\":true,\"weight_decay\":0.0005},"
+        "\"lr_schedule\":{\"type\":\"constant\",\"warmup_steps\":0},"
+        "\"loss_scale\":{\"init\":65536,\"growth_factor\":2,\"backoff_factor\":0.5,\"growth_interval\":2000},"
+        "\"seed\":0,\"shuffle\":true,\"augment\":false,\"train_subset\":null,\"eval_subset\":null,"
+        "\"eval_every\":0,\"checkpoint_every\":500,\"init_from\":null,\"device\":\"auto\","
+        "\"max_memory_mb\":null,\"priority\":0,\"submission_id\":null,\"timeout_s\":null,"
+        "\"cudnn_benchmark\":true,\"prune\":null,\"quantize\":null,\"threads\":0}");
+    free(text);
+}
+
+/* ---- good values ---------------------------------------------------------------------- */
+
+static void test_models_datasets(void **state) {
+    (void)state;
+    static const char *const models[] = { "mlp", "cnn", "resnet20", "resnet18", "resnet50" };
+    for (int i = 0; i < 5; i++) {
+        char j[64];
+        snprintf(j, sizeof j, "{\"model\":\"%s\"}", models[i]);
+        tq_spec s = parse_ok(j);
+        assert_int_equal(s.model, i);
+        assert_string_equal(tq_model_name((tq_model_kind)i), models[i]);
+    }
+    tq_spec s = parse_ok("{\"dataset\":\"fashion-mnist\"}");
+    assert_int_equal(s.dataset, TQ_DATA_FASHION_MNIST);
+    assert_int_equal(s.augment, 0);
+    assert_string_equal(s.data_dir, "/usr/share/datasets/fashion-mnist");
+    s = parse_ok("{\"dataset\":\"fashion-mnist\",\"data_dir\":\"/data/fm\"}");
+    assert_string_equal(s.data_dir, "/data/fm");
+    s = parse_ok("{\"dataset\":\"fashion-mnist\",\"data_dir\":null}");
+    assert_string_equal(s.data_dir, "/usr/share/datasets/fashion-mnist");
+    s = parse_ok("{\"dataset\":\"cifar10\",\"data_dir\":\"/data/cifar-10-batches-bin\"}");
+    assert_int_equal(s.dataset, TQ_DATA_CIFAR10);
+    assert_string_equal(s.data_dir, "/data/cifar-10-batches-bin");
+    assert_int_equal(s.augment, 1);   /* default for cifar10 */
+    s = parse_ok("{\"augment\":false,\"dataset\":\"cifar10\",\"data_dir\":\"/c\"}");
+    assert_int_equal(s.augment, 0);
+    s = parse_ok("{\"dataset\":\"fashion-mnist\",\"augment\":true}");
+    assert_int_equal(s.augment, 1);
+    s = parse_ok("{\"dataset\":\"synthetic\"}");
+    assert_int_equal(s.dataset, TQ_DATA_SYNTHETIC);
+    assert_string_equal(s.data_dir, "");
+    assert_int_equal(s.augment, 0);
+    assert_int_equal(s.synthetic.train, 10000);
+    s = parse_ok("{\"dataset\":\"synthetic\",\"synthetic\":{\"train\":64,\"test\":16,\"height\":28,"
+                 "\"width\":20,\"channels\":1}}");
+    assert_int_equal(s.synthetic.train, 64);
+    assert_int_equal(s.synthetic.test, 16);
+    assert_int_equal(s.synthetic.h, 28);
+    assert_int_equal(s.synthetic.w, 20);
+    assert_int_equal(s.synthetic.c, 1);
+    s = parse_ok("{\"synthetic\":{\"train\":100},\"dataset\":\"synthetic\"}");   /* order-free */
+    assert_int_equal(s.synthetic.train, 100);
+    assert_int_equal(s.synthetic.test, 2000);
+    assert_string_equal(tq_dataset_name(TQ_DATA_FASHION_MNIST), "fashion-mnist");
+    assert_string_equal(tq_dataset_name(TQ_DATA_CIFAR10), "cifar10");
+    assert_string_equal(tq_dataset_name(TQ_DATA_SYNTHETIC), "synthetic");
+}
+
+static void test_scalars(void **state) {
+    (void)state;
+    tq_spec s;
+    s = parse_ok("{\"name\":\"baseline run\"}");
+    assert_string_equal(s.name, "baseline run");
+    char name128[200];
+    snprintf(name128, sizeof name128, "{\"name\":\"%0128d\"}", 0);
+    s = parse_ok(name128);
+    assert_int_equal(strlen(s.name), 128);
+    s = parse_ok("{\"batch_size\":1,\"accum_steps\":1024}");
+    assert_int_equal(s.batch_size, 1);
+    assert_int_equal(s.accum_steps, 1024);
+    s = parse_ok("{\"batch_size\":65536,\"accum_steps\":1}");
+    assert_int_equal(s.batch_size, 65536);
+    s = parse_ok("{\"batch_size\":64.0}");   /* an integral number is an integer */
+    assert_int_equal(s.batch_size, 64);
+    s = parse_ok("{\"batch_size\":1e2}");
+    assert_int_equal(s.batch_size, 100);
+
+    s = parse_ok("{\"amp\":false}");  assert_int_equal(s.amp, TQ_AMP_OFF);
+    s = parse_ok("{\"amp\":true}");   assert_int_equal(s.amp, TQ_AMP_FP16);
+    s = parse_ok("{\"amp\":\"off\"}"); assert_int_equal(s.amp, TQ_AMP_OFF);
+    s = parse_ok("{\"amp\":\"fp16\"}"); assert_int_equal(s.amp, TQ_AMP_FP16);
+    s = parse_ok("{\"amp\":\"bf16\"}"); assert_int_equal(s.amp, TQ_AMP_BF16);
+    assert_string_equal(tq_amp_name(TQ_AMP_OFF), "off");
+    assert_string_equal(tq_amp_name(TQ_AMP_FP16), "fp16");
+    assert_string_equal(tq_amp_name(TQ_AMP_BF16), "bf16");
+    assert_int_equal(tq_amp_dtype(TQ_AMP_BF16), TQ_BF16);
+
+    s = parse_ok("{\"steps\":1}");
+    assert_int_equal(s.steps, 1);
+    assert_true(s.epochs == 0);
+    s = parse_ok("{\"steps\":9007199254740992}");
+    assert_int_equal(s.steps, 9007199254740992LL);
+    s = parse_ok("{\"epochs\":0.25}");
+    assert_true(s.epochs == 0.25);
+    assert_int_equal(s.steps, 0);
+    s = parse_ok("{\"epochs\":30}");
+    assert_true(s.epochs == 30);
+
+    s = parse_ok("{\"seed\":0}");                 assert_int_equal(s.seed, 0);
+    s = parse_ok("{\"seed\":42}");                assert_int_equal(s.seed, 42);
+    s = parse_ok("{\"seed\":9007199254740992}");  assert_true(s.seed == 9007199254740992ULL);
+    s = parse_ok("{\"shuffle\":false,\"cudnn_benchmark\":false}");
+    assert_int_equal(s.shuffle, 0);
+    assert_int_equal(s.cudnn_benchmark, 0);
+    s = parse_ok("{\"train_subset\":1,\"eval_subset\":500}");
+    assert_int_equal(s.train_subset, 1);
+    assert_int_equal(s.eval_subset, 500);
+    s = parse_ok("{\"train_subset\":null,\"eval_subset\":null}");
+    assert_int_equal(s.train_subset, 0);
+    assert_int_equal(s.eval_subset, 0);
+    s = parse_ok("{\"eval_every\":0,\"checkpoint_every\":1}");
+    assert_int_equal(s.eval_every, 0);
+    assert_int_equal(s.checkpoint_every, 1);
+    s = parse_ok("{\"eval_every\":100,\"checkpoint_every\":100000}");
+    assert_int_equal(s.eval_every, 100);
+    assert_int_equal(s.checkpoint_every, 100000);
+    s = parse_ok("{\"init_from\":\"/w/model.safetensors\"}");
+    assert_string_equal(s.init_from, "/w/model.safetensors");
+    s = parse_ok("{\"init_from\":null}");
+    assert_string_equal(s.init_from, "");
+
+    static const char *const devices[] = { "auto", "cpu", "cuda", "cuda:0", "cuda:7", "cuda:12", "cuda:255" };
+    for (int i = 0; i < 7; i++) {
+        char j[64];
+        snprintf(j, sizeof j, "{\"device\":\"%s\"}", devices[i]);
+        s = parse_ok(j);
+        assert_string_equal(s.device, devices[i]);
+    }
+    s = parse_ok("{\"max_memory_mb\":1}");     assert_int_equal(s.max_memory_mb, 1);
+    s = parse_ok("{\"max_memory_mb\":24576}"); assert_int_equal(s.max_memory_mb, 24576);
+    s = parse_ok("{\"max_memory_mb\":null}");  assert_int_equal(s.max_memory_mb, 0);
+    s = parse_ok("{\"priority\":-100}"); assert_int_equal(s.priority, -100);
+    s = parse_ok("{\"priority\":100}");  assert_int_equal(s.priority, 100);
+    s = parse_ok("{\"submission_id\":\"a1b2-c3\"}");
+    assert_string_equal(s.submission_id, "a1b2-c3");
+    s = parse_ok("{\"submission_id\":null}");
+    assert_string_equal(s.submission_id, "");
+    s = parse_ok("{\"timeout_s\":1}");    assert_int_equal(s.timeout_s, 1);
+    s = parse_ok("{\"timeout_s\":86400}"); assert_int_equal(s.timeout_s, 86400);
+    s = parse_ok("{\"timeout_s\":null}");  assert_int_equal(s.timeout_s, 0);
+    s = parse_ok("{\"prune\":{\"amount\":0}}");    assert_true(s.prune_amount == 0);
+    s = parse_ok("{\"prune\":{\"amount\":0.95}}"); assert_true(s.prune_amount == 0.95);
+    s = parse_ok("{\"prune\":{\"amount\":0.5}}");  assert_true(s.prune_amount == 0.5);
+    s = parse_ok("{\"prune\":null}");              assert_true(s.prune_amount < 0);
+    s = parse_ok("{\"quantize\":\"int8\"}");       assert_int_equal(s.quantize_int8, 1);
+    s = parse_ok("{\"quantize\":null}");           assert_int_equal(s.quantize_int8, 0);
+    s = parse_ok("{\"threads\":0}");   assert_int_equal(s.threads, 0);
+    s = parse_ok("{\"threads\":256}"); assert_int_equal(s.threads, 256);
+    s = parse_ok("{\"threads\":8}");   assert_int_equal(s.threads, 8);
+}
+
+static void test_optimizer(void **state) {
+    (void)state;
+    tq_spec s = parse_ok("{\"optimizer\":{\"type\":\"sgd\",\"lr\":0.1,\"momentum\":0.5,"
+                         "\"nesterov\":false,\"weight_decay\":0}}");
+    assert_int_equal(s.optimizer.type, TQ_OPT_SGD);
+    assert_true(s.optimizer.lr == 0.1);
+    assert_true(s.optimizer.momentum == 0.5);
+    assert_int_equal(s.optimizer.nesterov, 0);
+    assert_true(s.optimizer.weight_decay == 0);
+    /* partial sgd: the rest are sgd defaults; type may be left out or come last */
+    s = parse_ok("{\"optimizer\":{\"lr\":0.2}}");
+    assert_int_equal(s.optimizer.type, TQ_OPT_SGD);
+    assert_true(s.optimizer.lr == 0.2);
+    assert_true(s.optimizer.momentum == 0.9);
+    assert_int_equal(s.optimizer.nesterov, 1);
+    assert_true(s.optimizer.weight_decay == 5e-4);
+    /* momentum 0 without nesterov: the nesterov default gives way */
+    s = parse_ok("{\"optimizer\":{\"momentum\":0}}");
+    assert_true(s.optimizer.momentum == 0);
+    assert_int_equal(s.optimizer.nesterov, 0);
+    s = parse_ok("{\"optimizer\":{\"momentum\":0,\"nesterov\":false}}");
+    assert_int_equal(s.optimizer.nesterov, 0);
+
+    s = parse_ok("{\"optimizer\":{\"type\":\"adamw\"}}");
+    assert_int_equal(s.optimizer.type, TQ_OPT_ADAMW);
+    assert_true(s.optimizer.lr == 1e-3);
+    assert_true(s.optimizer.beta1 == 0.9);
+    assert_true(s.optimizer.beta2 == 0.999);
+    assert_true(s.optimizer.eps == 1e-8);
+    assert_true(s.optimizer.weight_decay == 1e-2);
+    s = parse_ok("{\"optimizer\":{\"lr\":3e-4,\"betas\":[0.8,0.95],\"eps\":1e-6,"
+                 "\"weight_decay\":0.05,\"type\":\"adamw\"}}");
+    assert_true(s.optimizer.lr == 3e-4);
+    assert_true(s.optimizer.beta1 == 0.8);
+    assert_true(s.optimizer.beta2 == 0.95);
+    assert_true(s.optimizer.eps == 1e-6);
+    assert_true(s.optimizer.weight_decay == 0.05);
+    s = parse_ok("{\"optimizer\":{\"type\":\"adamw\",\"betas\":[0,0]}}");
+    assert_true(s.optimizer.beta1 == 0 && s.optimizer.beta2 == 0);
+
+    s = parse_ok("{\"lr_schedule\":{\"type\":\"cosine\",\"warmup_steps\":100}}");
+    assert_int_equal(s.lr_schedule.type, TQ_SCHED_COSINE);
+    assert_int_equal(s.lr_schedule.warmup_steps, 100);
+    s = parse_ok("{\"lr_schedule\":{\"type\":\"step\",\"step_size\":30,\"gamma\":0.5}}");
+    assert_int_equal(s.lr_schedule.type, TQ_SCHED_STEP);
+    assert_int_equal(s.lr_schedule.step_size, 30);
+    assert_true(s.lr_schedule.gamma == 0.5);
+    s = parse_ok("{\"lr_schedule\":{\"type\":\"step\"}}");
+    assert_int_equal(s.lr_schedule.step_size, 1000);
+    assert_true(s.lr_schedule.gamma == 0.1);
+    s = parse_ok("{\"lr_schedule\":{\"type\":\"onecycle\"}}");
+    assert_int_equal(s.lr_schedule.type, TQ_SCHED_ONECYCLE);
+    s = parse_ok("{\"lr_schedule\":{\"type\":\"constant\",\"warmup_steps\":0}}");
+    assert_int_equal(s.lr_schedule.type, TQ_SCHED_CONSTANT);
+    s = parse_ok("{\"lr_schedule\":{}}");
+    assert_int_equal(s.lr_schedule.type, TQ_SCHED_CONSTANT);
+
+    s = parse_ok("{\"loss_scale\":{\"init\":1024,\"growth_factor\":1.5,\"backoff_factor\":0.25,"
+                 "\"growth_interval\":1}}");
+    assert_true(s.loss_scale.init == 1024);
+    assert_true(s.loss_scale.growth_factor == 1.5);
+    assert_true(s.loss_scale.backoff_factor == 0.25);
+    assert_int_equal(s.loss_scale.growth_interval, 1);
+    s = parse_ok("{\"loss_scale\":{\"init\":0.5}}");
+    assert_true(s.loss_scale.init == 0.5);
+    assert_int_equal(s.loss_scale.growth_interval, 2000);
+}
+
+/* ---- bad inputs ----------------------------------------------------------------------- */
+
+typedef struct { const char *json, *field; } bad_case;
+
+static const bad_case bad_cases[] = {
+    /* the document */
+    { "", "" }, { "   ", "" }, { "{", "" }, { "{\"batch_size\":}", "" }, { "{} x", "" },
+    { "{\"a\":1,}", "" }, { "[]", "" }, { "[{}]", "" }, { "42", "" }, { "\"spec\"", "" },
+    { "null", "" }, { "true", "" },
+    /* unknown and repeated fields */
+    { "{\"btach_size\":32}", "btach_size" }, { "{\"Batch_size\":32}", "Batch_size" },
+    { "{\"\":1}", "" }, { "{\"batch_size\":32,\"batch_size\":64}", "batch_size" },
+    { "{\"optimizer\":{\"foo\":1}}", "optimizer.foo" },
+    { "{\"optimizer\":{\"lr\":0.1,\"lr\":0.2}}", "optimizer.lr" },
+    { "{\"optimizer\":{\"type\":\"sgd\",\"betas\":[0.9,0.99]}}", "optimizer.betas" },
+    { "{\"optimizer\":{\"type\":\"sgd\",\"eps\":1e-8}}", "optimizer.eps" },
+    { "{\"optimizer\":{\"type\":\"adamw\",\"momentum\":0.9}}", "optimizer.momentum" },
+    { "{\"optimizer\":{\"type\":\"adamw\",\"nesterov\":true}}", "optimizer.nesterov" },
+    { "{\"lr_schedule\":{\"type\":\"cosine\",\"bar\":1}}", "lr_schedule.bar" },
+    { "{\"lr_schedule\":{\"type\":\"cosine\",\"step_size\":10}}", "lr_schedule.step_size" },
+    { "{\"lr_schedule\":{\"gamma\":0.5}}", "lr_schedule.gamma" },
+    { "{\"loss_scale\":{\"initial\":1}}", "loss_scale.initial" },
+    { "{\"loss_scale\":{\"init\":1,\"init\":2}}", "loss_scale.init" },
+    { "{\"prune\":{\"amount\":0.5,\"kind\":\"l1\"}}", "prune.kind" },
+    { "{\"synthetic\":{\"depth\":3},\"dataset\":\"synthetic\"}", "synthetic.depth" },
+    /* name, strings */
+    { "{\"name\":5}", "name" }, { "{\"name\":null}", "name" }, { "{\"name\":[\"a\"]}", "name" },
+    { "{\"model\":\"resnet34\"}", "model" }, { "{\"model\":\"CNN\"}", "model" },
+    { "{\"model\":1}", "model" }, { "{\"model\":null}", "model" },
+    { "{\"dataset\":\"mnist\"}", "dataset" }, { "{\"dataset\":true}", "dataset" },
+    { "{\"data_dir\":\"\"}", "data_dir" }, { "{\"data_dir\":7}", "data_dir" },
+    /* integers */
+    { "{\"batch_size\":0}", "batch_size" }, { "{\"batch_size\":65537}", "batch_size" },
+    { "{\"batch_size\":-1}", "batch_size" }, { "{\"batch_size\":5.5}", "batch_size" },
+    { "{\"batch_size\":\"32\"}", "batch_size" }, { "{\"batch_size\":true}", "batch_size" },
+    { "{\"batch_size\":null}", "batch_size" }, { "{\"batch_size\":1e400}", "batch_size" },
+    { "{\"accum_steps\":0}", "accum_steps" }, { "{\"accum_steps\":1025}", "accum_steps" },
+    { "{\"accum_steps\":2.5}", "accum_steps" },
+    { "{\"steps\":0}", "steps" }, { "{\"steps\":-5}", "steps" }, { "{\"steps\":10.5}", "steps" },
+    { "{\"steps\":\"100\"}", "steps" }, { "{\"steps\":null}", "steps" },
+    { "{\"steps\":1e17}", "steps" },
+    { "{\"epochs\":0}", "epochs" }, { "{\"epochs\":-1}", "epochs" },
+    { "{\"epochs\":\"1\"}", "epochs" }, { "{\"epochs\":2e6}", "epochs" },
+    { "{\"steps\":100,\"epochs\":1}", "steps" }, { "{\"epochs\":1,\"steps\":100}", "steps" },
+    { "{\"seed\":-1}", "seed" }, { "{\"seed\":1.5}", "seed" }, { "{\"seed\":\"7\"}", "seed" },
+    { "{\"seed\":18014398509481984}", "seed" },
+    { "{\"train_subset\":0}", "train_subset" }, { "{\"train_subset\":-3}", "train_subset" },
+    { "{\"eval_subset\":0}", "eval_subset" }, { "{\"eval_subset\":1.5}", "eval_subset" },
+    { "{\"eval_every\":-1}", "eval_every" }, { "{\"eval_every\":\"x\"}", "eval_every" },
+    { "{\"checkpoint_every\":0}", "checkpoint_every" },
+    { "{\"checkpoint_every\":null}", "checkpoint_every" },
+    { "{\"max_memory_mb\":0}", "max_memory_mb" }, { "{\"max_memory_mb\":-512}", "max_memory_mb" },
+    { "{\"max_memory_mb\":1.5}", "max_memory_mb" },
+    { "{\"priority\":101}", "priority" }, { "{\"priority\":-101}", "priority" },
+    { "{\"priority\":0.5}", "priority" }, { "{\"priority\":null}", "priority" },
+    { "{\"timeout_s\":0}", "timeout_s" }, { "{\"timeout_s\":-1}", "timeout_s" },
+    { "{\"timeout_s\":\"1h\"}", "timeout_s" },
+    { "{\"threads\":-1}", "threads" }, { "{\"threads\":257}", "threads" },
+    { "{\"threads\":1.5}", "threads" },
+    /* booleans */
+    { "{\"shuffle\":1}", "shuffle" }, { "{\"shuffle\":\"true\"}", "shuffle" },
+    { "{\"shuffle\":null}", "shuffle" }, { "{\"augment\":0}", "augment" },
+    { "{\"cudnn_benchmark\":\"yes\"}", "cudnn_benchmark" },
+    /* amp */
+    { "{\"amp\":\"fp32\"}", "amp" }, { "{\"amp\":\"FP16\"}", "amp" }, { "{\"amp\":1}", "amp" },
+    { "{\"amp\":null}", "amp" }, { "{\"amp\":\"\"}", "amp" },
+    /* optimizer */
+    { "{\"optimizer\":\"sgd\"}", "optimizer" }, { "{\"optimizer\":null}", "optimizer" },
+    { "{\"optimizer\":[]}", "optimizer" },
+    { "{\"optimizer\":{\"type\":\"adam\"}}", "optimizer.type" },
+    { "{\"optimizer\":{\"type\":null}}", "optimizer.type" },
+    { "{\"optimizer\":{\"lr\":0}}", "optimizer.lr" }, { "{\"optimizer\":{\"lr\":-0.1}}", "optimizer.lr" },
+    { "{\"optimizer\":{\"lr\":\"0.1\"}}", "optimizer.lr" },
+    { "{\"optimizer\":{\"type\":\"adamw\",\"lr\":0}}", "optimizer.lr" },
+    { "{\"optimizer\":{\"momentum\":1}}", "optimizer.momentum" },
+    { "{\"optimizer\":{\"momentum\":-0.1}}", "optimizer.momentum" },
+    { "{\"optimizer\":{\"nesterov\":1}}", "optimizer.nesterov" },
+    { "{\"optimizer\":{\"momentum\":0,\"nesterov\":true}}", "optimizer.nesterov" },
+    { "{\"optimizer\":{\"nesterov\":true,\"momentum\":0}}", "optimizer.nesterov" },
+    { "{\"optimizer\":{\"weight_decay\":-1e-4}}", "optimizer.weight_decay" },
+    { "{\"optimizer\":{\"type\":\"adamw\",\"weight_decay\":-1}}", "optimizer.weight_decay" },
+    { "{\"optimizer\":{\"type\":\"adamw\",\"betas\":[0.9]}}", "optimizer.betas" },
+    { "{\"optimizer\":{\"type\":\"adamw\",\"betas\":[0.9,0.99,0.999]}}", "optimizer.betas" },
+    { "{\"optimizer\":{\"type\":\"adamw\",\"betas\":[0.9,1]}}", "optimizer.betas" },
+    { "{\"optimizer\":{\"type\":\"adamw\",\"betas\":[-0.1,0.9]}}", "optimizer.betas" },
+    { "{\"optimizer\":{\"type\":\"adamw\",\"betas\":[\"0.9\",0.99]}}", "optimizer.betas" },
+    { "{\"optimizer\":{\"type\":\"adamw\",\"betas\":0.9}}", "optimizer.betas" },
+    { "{\"optimizer\":{\"type\":\"adamw\",\"eps\":0}}", "optimizer.eps" },
+    { "{\"optimizer\":{\"type\":\"adamw\",\"eps\":-1e-8}}", "optimizer.eps" },
+    /* lr_schedule */
+    { "{\"lr_schedule\":\"cosine\"}", "lr_schedule" },
+    { "{\"lr_schedule\":{\"type\":\"linear\"}}", "lr_schedule.type" },
+    { "{\"lr_schedule\":{\"warmup_steps\":-1}}", "lr_schedule.warmup_steps" },
+    { "{\"lr_schedule\":{\"warmup_steps\":1.5}}", "lr_schedule.warmup_steps" },
+    { "{\"lr_schedule\":{\"type\":\"step\",\"step_size\":0}}", "lr_schedule.step_size" },
+    { "{\"lr_schedule\":{\"type\":\"step\",\"gamma\":0}}", "lr_schedule.gamma" },
+    { "{\"lr_schedule\":{\"type\":\"step\",\"gamma\":-0.5}}", "lr_schedule.gamma" },
+    /* loss_scale */
+    { "{\"loss_scale\":65536}", "loss_scale" },
+    { "{\"loss_scale\":{\"init\":0}}", "loss_scale.init" },
+    { "{\"loss_scale\":{\"init\":-1}}", "loss_scale.init" },
+    { "{\"loss_scale\":{\"growth_factor\":1}}", "loss_scale.growth_factor" },
+    { "{\"loss_scale\":{\"growth_factor\":0.5}}", "loss_scale.growth_factor" },
+    { "{\"loss_scale\":{\"backoff_factor\":0}}", "loss_scale.backoff_factor" },
+    { "{\"loss_scale\":{\"backoff_factor\":1}}", "loss_scale.backoff_factor" },
+    { "{\"loss_scale\":{\"growth_interval\":0}}", "loss_scale.growth_interval" },
+    { "{\"loss_scale\":{\"growth_interval\":2.5}}", "loss_scale.growth_interval" },
+    /* device */
+    { "{\"device\":\"gpu\"}", "device" }, { "{\"device\":\"cuda:\"}", "device" },
+    { "{\"device\":\"cuda:-1\"}", "device" }, { "{\"device\":\"cuda:x\"}", "device" },
+    { "{\"device\":\"cuda:01\"}", "device" }, { "{\"device\":\"cuda:1000\"}", "device" },
+    { "{\"device\":\"cuda:256\"}", "device" }, { "{\"device\":\"CPU\"}", "device" },
+    { "{\"device\":0}", "device" }, { "{\"device\":null}", "device" },
+    /* submission_id, init_from */
+    { "{\"submission_id\":\"\"}", "submission_id" }, { "{\"submission_id\":12}", "submission_id" },
+    { "{\"init_from\":\"\"}", "init_from" }, { "{\"init_from\":false}", "init_from" },
+    /* prune, quantize */
+    { "{\"prune\":0.5}", "prune" }, { "{\"prune\":true}", "prune" },
+    { "{\"prune\":{}}", "prune.amount" }, { "{\"prune\":{\"amount\":0.96}}", "prune.amount" },
+    { "{\"prune\":{\"amount\":-0.1}}", "prune.amount" },
+    { "{\"prune\":{\"amount\":\"half\"}}", "prune.amount" },
+    { "{\"quantize\":\"int4\"}", "quantize" }, { "{\"quantize\":true}", "quantize" },
+    { "{\"quantize\":\"INT8\"}", "quantize" },
+    /* datasets */
+    { "{\"dataset\":\"cifar10\"}", "data_dir" }, { "{\"dataset\":\"cifar10\",\"data_dir\":null}", "data_dir" },
+    { "{\"synthetic\":{\"train\":10}}", "synthetic" },
+    { "{\"dataset\":\"cifar10\",\"data_dir\":\"/c\",\"synthetic\":{}}", "synthetic" },
+    { "{\"dataset\":\"synthetic\",\"synthetic\":5}", "synthetic" },
+    { "{\"dataset\":\"synthetic\",\"synthetic\":{\"train\":0}}", "synthetic.train" },
+    { "{\"dataset\":\"synthetic\",\"synthetic\":{\"test\":-1}}", "synthetic.test" },
+    { "{\"dataset\":\"synthetic\",\"synthetic\":{\"height\":0}}", "synthetic.height" },
+    { "{\"dataset\":\"synthetic\",\"synthetic\":{\"width\":4097}}", "synthetic.width" },
+    { "{\"dataset\":\"synthetic\",\"synthetic\":{\"channels\":0}}", "synthetic.channels" },
+    { "{\"dataset\":\"synthetic\",\"synthetic\":{\"channels\":2.5}}", "synthetic.channels" },
+    /* the first bad field in document order is the one reported */
+    { "{\"model\":\"x\",\"batch_size\":0}", "model" },
+    { "{\"batch_size\":0,\"model\":\"x\"}", "batch_size" },
+};
+
+static void test_bad_inputs(void **state) {
+    (void)state;
+    int failures = 0;
+    for (size_t i = 0; i < sizeof bad_cases / sizeof bad_cases[0]; i++) {
+        tq_spec s;
+        tq_spec_err e;
+        memset(&e, 0x55, sizeof e);
+        int rc = tq_spec_parse(&s, bad_cases[i].json, &e);
+        if (rc != TQ_SPEC_BAD) {
+            print_error("accepted: %s\n", bad_cases[i].json);
+            failures++;
+            continue;
+        }
+        if (strcmp(e.field, bad_cases[i].field) != 0) {
+            print_error("%s: field \"%s\" (wanted \"%s\"): %s\n", bad_cases[i].json, e.field,
+                        bad_cases[i].field, e.message);
+            failures++;
+        }
+        if (e.message[0] == 0 || memchr(e.message, 0, sizeof e.message) == NULL) {
+            print_error("%s: no message\n", bad_cases[i].json);
+            failures++;
+        }
+        /* the message names the field (for field-less document errors, says JSON/object) */
+        if (bad_cases[i].field[0] && !strstr(e.message, bad_cases[i].field)) {
+            print_error("%s: message does not name %s: %s\n", bad_cases[i].json, bad_cases[i].field,
+                        e.message);
+            failures++;
+        }
+        /* a failed parse leaves the defaults, never half a spec */
+        tq_spec d;
+        tq_spec_defaults(&d);
+        if (memcmp(&s, &d, sizeof s) != 0) {
+            print_error("%s: spec not reset to defaults\n", bad_cases[i].json);
+            failures++;
+        }
+    }
+    assert_int_equal(failures, 0);
+}
+
+static void test_long_strings(void **state) {
+    (void)state;
+    char buf[4096];
+    tq_spec s;
+    tq_spec_err e;
+    snprintf(buf, sizeof buf, "{\"name\":\"%0129d\"}", 0);
+    assert_int_equal(tq_spec_parse(&s, buf, &e), TQ_SPEC_BAD);
+    assert_string_equal(e.field, "name");
+    assert_non_null(strstr(e.message, "128"));
+    snprintf(buf, sizeof buf, "{\"submission_id\":\"%0129d\"}", 0);
+    assert_int_equal(tq_spec_parse(&s, buf, &e), TQ_SPEC_BAD);
+    assert_string_equal(e.field, "submission_id");
+    snprintf(buf, sizeof buf, "{\"submission_id\":\"%0128d\"}", 0);
+    assert_int_equal(tq_spec_parse(&s, buf, &e), TQ_SPEC_OK);
+    snprintf(buf, sizeof buf, "{\"init_from\":\"/%01100d\"}", 0);
+    assert_int_equal(tq_spec_parse(&s, buf, &e), TQ_SPEC_BAD);
+    assert_string_equal(e.field, "init_from");
+    snprintf(buf, sizeof buf, "{\"data_dir\":\"/%01100d\"}", 0);
+    assert_int_equal(tq_spec_parse(&s, buf, &e), TQ_SPEC_BAD);
+    assert_string_equal(e.field, "data_dir");
+    snprintf(buf, sizeof buf, "{\"data_dir\":\"/%01022d\"}", 0);   /* 1023 bytes fit */
+    assert_int_equal(tq_spec_parse(&s, buf, &e), TQ_SPEC_OK);
+    assert_int_equal(strlen(s.data_dir), 1023);
+    /* an unknown field with a very long name: the field is truncated, not overflowed */
+    snprintf(buf, sizeof buf, "{\"%0300d\":1}", 0);
+    assert_int_equal(tq_spec_parse(&s, buf, &e), TQ_SPEC_BAD);
+    assert_int_equal(strlen(e.field), sizeof e.field - 1);
+    assert_non_null(strstr(e.message, "unknown field"));
+    /* NULL document, NULL err */
+    assert_int_equal(tq_spec_parse(&s, NULL, &e), TQ_SPEC_BAD);
+    assert_string_equal(e.field, "");
+    assert_int_equal(tq_spec_parse(&s, "{\"x\":1}", NULL), TQ_SPEC_BAD);
+    assert_int_equal(tq_spec_parse(&s, "{}", NULL), TQ_SPEC_OK);
+}
+
+static void test_messages(void **state) {
+    (void)state;
+    tq_spec s;
+    tq_spec_err e;
+    assert_int_equal(tq_spec_parse(&s, "{\"batch_size\":0}", &e), TQ_SPEC_BAD);
+    assert_string_equal(e.message, "batch_size must be an integer in 1..65536 (got 0)");
+    assert_int_equal(tq_spec_parse(&s, "{\"batch_size\":5.5}", &e), TQ_SPEC_BAD);
+    assert_string_equal(e.message, "batch_size must be an integer in 1..65536 (got 5.5)");
+    assert_int_equal(tq_spec_parse(&s, "{\"batch_size\":\"32\"}", &e), TQ_SPEC_BAD);
+    assert_string_equal(e.message, "batch_size must be an integer in 1..65536 (got \"32\")");
+    assert_int_equal(tq_spec_parse(&s, "{\"btach_size\":32}", &e), TQ_SPEC_BAD);
+    assert_string_equal(e.message, "unknown field \"btach_size\"");
+    assert_int_equal(tq_spec_parse(&s, "{\"optimizer\":{\"foo\":1}}", &e), TQ_SPEC_BAD);
+    assert_string_equal(e.message, "unknown field \"optimizer.foo\"");
+    assert_int_equal(tq_spec_parse(&s, "{\"steps\":0}", &e), TQ_SPEC_BAD);
+    assert_string_equal(e.message, "steps must be an integer >= 1 (got 0)");
+    assert_int_equal(tq_spec_parse(&s, "{\"optimizer\":{\"momentum\":1}}", &e), TQ_SPEC_BAD);
+    assert_string_equal(e.message, "optimizer.momentum must be a number in [0, 1) (got 1)");
+    assert_int_equal(tq_spec_parse(&s, "{\"optimizer\":{\"lr\":0}}", &e), TQ_SPEC_BAD);
+    assert_string_equal(e.message, "optimizer.lr must be a number > 0 (got 0)");
+    assert_int_equal(tq_spec_parse(&s, "{\"amp\":\"fp32\"}", &e), TQ_SPEC_BAD);
+    assert_string_equal(e.message, "amp must be false, true, \"off\", \"fp16\" or \"bf16\" (got \"fp32\")");
+    assert_int_equal(tq_spec_parse(&s, "{\"model\":\"vgg\"}", &e), TQ_SPEC_BAD);
+    assert_string_equal(e.message, "model must be \"mlp\", \"cnn\", \"resnet20\", \"resnet18\" or "
+                                   "\"resnet50\" (got \"vgg\")");
+    assert_int_equal(tq_spec_parse(&s, "{\"steps\":10,\"epochs\":1}", &e), TQ_SPEC_BAD);
+    assert_non_null(strstr(e.message, "not both"));
+    assert_int_equal(tq_spec_parse(&s, "{\"dataset\":\"cifar10\"}", &e), TQ_SPEC_BAD);
+    assert_string_equal(e.message, "data_dir is required for dataset cifar10");
+    assert_int_equal(tq_spec_parse(&s, "{\"optimizer\":{\"nesterov\":true,\"momentum\":0}}", &e), TQ_SPEC_BAD);
+    assert_non_null(strstr(e.message, "momentum > 0"));
+    assert_int_equal(tq_spec_parse(&s, "[1,2]", &e), TQ_SPEC_BAD);
+    assert_string_equal(e.message, "the spec must be a JSON object (got an array)");
+    /* malformed JSON: the position cJSON stopped at, as line/column/byte */
+    assert_int_equal(tq_spec_parse(&s, "{\n  \"batch_size\": 32,\n  \"amp\": tru\n}", &e), TQ_SPEC_BAD);
+    assert_string_equal(e.field, "");
+    assert_non_null(strstr(e.message, "invalid JSON"));
+    assert_non_null(strstr(e.message, "line 3"));
+    assert_int_equal(tq_spec_parse(&s, "{\"a\":", &e), TQ_SPEC_BAD);
+    assert_non_null(strstr(e.message, "end of the document"));
+    assert_int_equal(tq_spec_parse(&s, "", &e), TQ_SPEC_BAD);
+    assert_non_null(strstr(e.message, "empty"));
+}
+
+/* ---- rendering and round trip ---------------------------------------------------------- */
+
+static void test_rendering(void **state) {
+    (void)state;
+    static const char *const sgd_keys[] = { "type", "lr", "momentum", "nesterov", "weight_decay" };
+    static const char *const adamw_keys[] = { "type", "lr", "betas", "eps", "weight_decay" };
+    cJSON *j = render("{\"amp\":true,\"steps\":100}");
+    assert_string_equal(cJSON_GetObjectItem(j, "amp")->valuestring, "fp16");
+    assert_int_equal((int)cJSON_GetObjectItem(j, "steps")->valuedouble, 100);
+    assert_null(cJSON_GetObjectItem(j, "epochs"));
+    assert_true(has_keys_exactly(cJSON_GetObjectItem(j, "optimizer"), sgd_keys, 5));
+    assert_true(cJSON_IsNull(cJSON_GetObjectItem(j, "init_from")));
+    assert_true(cJSON_IsNull(cJSON_GetObjectItem(j, "submission_id")));
+    assert_true(cJSON_IsNull(cJSON_GetObjectItem(j, "max_memory_mb")));
+    assert_true(cJSON_IsNull(cJSON_GetObjectItem(j, "timeout_s")));
+    assert_true(cJSON_IsNull(cJSON_GetObjectItem(j, "prune")));
+    assert_true(cJSON_IsNull(cJSON_GetObjectItem(j, "quantize")));
+    assert_null(cJSON_GetObjectItem(j, "synthetic"));
+    cJSON_Delete(j);
+
+    j = render("{\"amp\":\"bf16\",\"optimizer\":{\"type\":\"adamw\"},\"prune\":{\"amount\":0.3},"
+               "\"quantize\":\"int8\",\"max_memory_mb\":4096,\"timeout_s\":60,"
+               "\"submission_id\":\"k\",\"init_from\":\"/w.safetensors\","
+               "\"lr_schedule\":{\"type\":\"step\"},\"dataset\":\"synthetic\"}");
+    assert_string_equal(cJSON_GetObjectItem(j, "amp")->valuestring, "bf16");
+    assert_true(cJSON_GetObjectItem(j, "epochs")->valuedouble == 1);
+    assert_null(cJSON_GetObjectItem(j, "steps"));
+    cJSON *opt = cJSON_GetObjectItem(j, "optimizer");
+    assert_true(has_keys_exactly(opt, adamw_keys, 5));
+    cJSON *betas = cJSON_GetObjectItem(opt, "betas");
+    assert_int_equal(cJSON_GetArraySize(betas), 2);
+    assert_true(cJSON_GetArrayItem(betas, 1)->valuedouble == 0.999);
+    assert_true(cJSON_GetObjectItem(cJSON_GetObjectItem(j, "prune"), "amount")->valuedouble == 0.3);
+    assert_string_equal(cJSON_GetObjectItem(j, "quantize")->valuestring, "int8");
+    assert_true(cJSON_GetObjectItem(j, "max_memory_mb")->valuedouble == 4096);
+    assert_string_equal(cJSON_GetObjectItem(j, "submission_id")->valuestring, "k");
+    cJSON *sched = cJSON_GetObjectItem(j, "lr_schedule");
+    assert_true(cJSON_GetObjectItem(sched, "step_size")->valuedouble == 1000);
+    assert_true(cJSON_GetObjectItem(sched, "gamma")->valuedouble == 0.1);
+    cJSON *syn = cJSON_GetObjectItem(j, "synthetic");
+    assert_non_null(syn);
+    assert_true(cJSON_GetObjectItem(syn, "height")->valuedouble == 32);
+    assert_true(cJSON_IsNull(cJSON_GetObjectItem(j, "data_dir")));
+    cJSON_Delete(j);
+
+    /* every contract field is present in the rendering (steps/epochs: one of them) */
+    static const char *const all[] = {
+        "name", "model", "dataset", "data_dir", "batch_size", "accum_steps", "amp", "optimizer",
+        "lr_schedule", "loss_scale", "seed", "shuffle", "augment", "train_subset", "eval_subset",
+        "eval_every", "checkpoint_every", "init_from", "device", "max_memory_mb", "priority",
+        "submission_id", "timeout_s", "cudnn_benchmark", "prune", "quantize", "threads" };
+    j = render("{}");
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) {
+        if (!cJSON_GetObjectItemCaseSensitive(j, all[i])) print_error("missing %s\n", all[i]);
+        assert_non_null(cJSON_GetObjectItemCaseSensitive(j, all[i]));
+    }
+    assert_int_equal(cJSON_GetArraySize(j), (int)(sizeof all / sizeof all[0]) + 1);
+    cJSON_Delete(j);
+}
+
+static void test_round_trip(void **state) {
+    (void)state;
+    check_round_trip("{}");
+    check_round_trip("{\"steps\":1234}");
+    check_round_trip("{\"epochs\":0.1}");
+    check_round_trip("{\"epochs\":2.5,\"optimizer\":{\"lr\":0.05000000000000001}}");
+    check_round_trip("{\"optimizer\":{\"lr\":0.30000000000000004,\"momentum\":0.123456789012345678,"
+                     "\"weight_decay\":1e-300}}");
+    check_round_trip("{\"optimizer\":{\"momentum\":0}}");
+    check_round_trip("{\"optimizer\":{\"type\":\"adamw\",\"lr\":3e-4,\"betas\":[0.85,0.9999],"
+                     "\"eps\":1e-12,\"weight_decay\":0}}");
+    check_round_trip("{\"optimizer\":{\"type\":\"adamw\"},\"lr_schedule\":{\"type\":\"onecycle\","
+                     "\"warmup_steps\":50}}");
+    check_round_trip("{\"lr_schedule\":{\"type\":\"step\",\"step_size\":7,\"gamma\":0.3333333333333333}}");
+    check_round_trip("{\"lr_schedule\":{\"type\":\"cosine\"}}");
+    check_round_trip("{\"dataset\":\"cifar10\",\"data_dir\":\"/data/c10\",\"model\":\"resnet18\"}");
+    check_round_trip("{\"dataset\":\"cifar10\",\"data_dir\":\"/data/c10\",\"augment\":false}");
+    check_round_trip("{\"dataset\":\"synthetic\",\"synthetic\":{\"train\":256,\"test\":64,"
+                     "\"height\":8,\"width\":8,\"channels\":1},\"threads\":2}");
+    check_round_trip("{\"dataset\":\"synthetic\",\"data_dir\":\"/ignored\"}");
+    check_round_trip(
+        "{\"name\":\"all \\\"quoted\\\" \\u00e9\",\"model\":\"resnet50\",\"dataset\":\"fashion-mnist\","
+        "\"data_dir\":\"/d/fm\",\"batch_size\":128,\"accum_steps\":4,\"amp\":\"fp16\",\"steps\":5000,"
+        "\"optimizer\":{\"type\":\"sgd\",\"lr\":0.1,\"momentum\":0.95,\"nesterov\":false,"
+        "\"weight_decay\":1e-4},\"lr_schedule\":{\"type\":\"cosine\",\"warmup_steps\":100},"
+        "\"loss_scale\":{\"init\":1024,\"growth_factor\":4,\"backoff_factor\":0.125,"
+        "\"growth_interval\":100},\"seed\":9007199254740992,\"shuffle\":false,\"augment\":true,"
+        "\"train_subset\":1000,\"eval_subset\":200,\"eval_every\":50,\"checkpoint_every\":250,"
+        "\"init_from\":\"/w/init.safetensors\",\"device\":\"cuda:1\",\"max_memory_mb\":8000,"
+        "\"priority\":-7,\"submission_id\":\"sub-42\",\"timeout_s\":3600,\"cudnn_benchmark\":false,"
+        "\"prune\":{\"amount\":0.95},\"quantize\":\"int8\",\"threads\":16}");
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_defaults),
+        cmocka_unit_test(test_default_rendering),
+        cmocka_unit_test(test_models_datasets),
+        cmocka_unit_test(test_scalars),
+        cmocka_unit_test(test_optimizer),
+        cmocka_unit_test(test_bad_inputs),
+        cmocka_unit_test(test_long_strings),
+        cmocka_unit_test(test_messages),
+        cmocka_unit_test(test_rendering),
+        cmocka_unit_test(test_round_trip),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,382 @@
+/* trainer.c — the training loop (see trainer.h). */
+#include "trainer.h"
+#include "checkpoint.h"
+#include "dataset.h"
+#include "models.h"
+#include "util.h"
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#define AUG_PAD 4
+
+double tq_lr_at(const tq_spec *sp, int64_t s, int64_t total) {
+    double base = sp->optimizer.lr;
+    int64_t W = sp->lr_schedule.warmup_steps;
+    if (s < W) return base * (double)(s + 1) / (double)W;
+    double t = (double)(s - W), T = (double)(total - W);
+    if (T < 1) T = 1;
+    switch (sp->lr_schedule.type) {
+    case TQ_SCHED_CONSTANT: return base;
+    case TQ_SCHED_COSINE: return base * 0.5 * (1.0 + cos(M_PI * t / T));
+    case TQ_SCHED_STEP:
+        return base * pow(sp->lr_schedule.gamma, floor(t / (double)sp->lr_schedule.step_size));
+    case TQ_SCHED_ONECYCLE: {   /* torch OneCycleLR defaults: pct_start .3, div 25, final_div 1e4, cos */
+        double lo = base / 25.0, fin = lo / 1e4, up = 0.3 * T;
+        if (t < up) return lo + (base - lo) * 0.5 * (1.0 - cos(M_PI * t / up));
+        return fin + (base - fin) * 0.5 * (1.0 + cos(M_PI * (t - up) / (T - up)));
+    }
+    }
+    return base;
+}
+
+static void fail(tq_summary *sum, const char *code, const char *msg) {
+    snprintf(sum->state, sizeof sum->state, "failed");
+    snprintf(sum->error_code, sizeof sum->error_code, "%s", code);
+    snprintf(sum->error_message, sizeof sum->error_message, "%s", msg);
+}
+
+static const char *data_code(int rc) { return rc == TQ_EIO ? "data_not_found" : rc == TQ_ENOMEM ? "out_of_memory" : rc == TQ_EINVAL ? "invalid_spec" : "invalid_data"; }
+
+static int load_data(const tq_spec *sp, tq_dataset *ds, char *code, size_t cl, char *err, size_t el) {
+    tq_synth_opts so = {sp->synthetic.train, sp->synthetic.test, sp->synthetic.h, sp->synthetic.w, sp->synthetic.c};
+    int rc = tq_dataset_load(ds, tq_dataset_name(sp->dataset), sp->data_dir, &so, sp->train_subset,
+                             sp->eval_subset, sp->seed, err, el);
+    if (rc) snprintf(code, cl, "%s", data_code(rc));
+    return rc;
+}
+
+static tq_graph *build(const tq_spec *sp, const tq_dataset *ds, tq_backend *be, char *err, size_t el) {
+    tq_graph *g = tq_model_build(sp->model, sp->batch_size, ds->train.h, ds->train.w, ds->train.c,
+                                 ds->classes, tq_amp_dtype(sp->amp), err, el);
+    if (g) tq_graph_plan(g, be);
+    return g;
+}
+
+static int momentum_buf(const tq_spec *sp) { return sp->optimizer.type == TQ_OPT_SGD && sp->optimizer.momentum != 0; }
+static size_t data_bytes(const tq_dataset *ds) {
+    size_t px = (size_t)ds->train.h * ds->train.w * ds->train.c;
+    return (size_t)(ds->train.n + ds->test.n) * (px + 1);
+}
+
+int tq_plan_spec(const tq_spec *sp, tq_plan_report *rep, char *code, size_t cl, char *err, size_t el) {
+    tq_dataset ds;
+    memset(rep, 0, sizeof *rep);
+    if (load_data(sp, &ds, code, cl, err, el)) return TQ_EDATA;
+    tq_backend *be = tq_cpu_backend_new(sp->threads);
+    tq_graph *g = build(sp, &ds, be, err, el);
+    int rc = TQ_OK;
+    if (!g) { snprintf(code, cl, "invalid_spec"); rc = TQ_EINVAL; }
+    else {
+        tq_engine_plan(g, sp->optimizer.type, momentum_buf(sp), data_bytes(&ds), &rep->plan);
+        snprintf(rep->model, sizeof rep->model, "%s", tq_model_name(sp->model));
+        snprintf(rep->amp, sizeof rep->amp, "%s", tq_amp_name(sp->amp));
+        rep->batch_size = sp->batch_size;
+        rep->h = ds.train.h; rep->w = ds.train.w; rep->c = ds.train.c;
+    }
+    tq_graph_free(g);
+    tq_backend_free(be);
+    tq_dataset_free(&ds);
+    return rc;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+static double median(double *v, size_t n) {
+    if (n == 0) return NAN;
+    qsort(v, n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+typedef struct {
+    tq_engine e;
+    tq_backend *be;
+    const tq_spec *sp;
+    const tq_dataset *ds;
+    uint8_t *train_img, *train_lab, *test_img, *test_lab;   /* device */
+    float mean[3], inv_std[3];
+    int32_t *idx_host;
+    tq_aug *aug_host;
+    int32_t *perm; int64_t perm_epoch;
+} run_ctx;
+
+static int upload_split(run_ctx *r, const tq_split *s, uint8_t **img, uint8_t **lab) {
+    size_t px = (size_t)s->h * s->w * s->c;
+    *img = r->be->i->alloc(r->be, s->n * px > 0 ? s->n * px : 1);
+    *lab = r->be->i->alloc(r->be, s->n ? s->n : 1);
+    if (!*img || !*lab) return TQ_ENOMEM;
+    r->be->i->to_device(r->be, *img, s->images, s->n * px);
+    r->be->i->to_device(r->be, *lab, s->labels, s->n);
+    return TQ_OK;
+}
+
+/* Loads n samples idx_host[0..n) of a split into the input and labels tensors. */
+static int load(run_ctx *r, int n, const uint8_t *img, const uint8_t *lab, const tq_aug *aug) {
+    tq_backend *be = r->be;
+    const tq_graph *g = r->e.g;
+    const tq_shape s = g->tensors[g->input].shape;
+    be->i->to_device(be, r->e.idx, r->idx_host, sizeof(int32_t) * n);
+    if (aug) be->i->to_device(be, r->e.aug, aug, sizeof(tq_aug) * n);
+    return be->i->load_batch(be, n, s.h, s.w, s.c, r->e.dt, tq_tdata(&r->e, g->input),
+                             tq_tdata(&r->e, g->labels), img, lab, r->e.idx, aug ? r->e.aug : NULL,
+                             AUG_PAD, r->mean, r->inv_std);
+}
+
+static int evaluate(run_ctx *r, int64_t step, int epoch, tq_eval_kind kind, tq_eval_rec *out) {
+    tq_backend *be = r->be;
+    const tq_split *t = &r->ds->test;
+    int b = r->e.g->batch;
+    be->i->memset0(be, r->e.scalars, 2 * sizeof(float));
+    for (int64_t i = 0; i < t->n; i += b) {
+        int n = (int)(t->n - i < b ? t->n - i : b);
+        for (int k = 0; k < n; k++) r->idx_host[k] = (int32_t)(i + k);
+        int rc = load(r, n, r->test_img, r->test_lab, NULL);
+        if (!rc) rc = tq_engine_eval_batch(&r->e, n);
+        if (rc) return rc;
+    }
+    float sc[2];
+    be->i->to_host(be, sc, r->e.scalars, sizeof sc);
+    memset(out, 0, sizeof *out);
+    out->step = step; out->epoch = epoch; out->kind = kind;
+    out->samples = t->n;
+    out->loss = t->n ? sc[0] / (double)t->n : NAN;
+    out->accuracy = t->n ? sc[1] / (double)t->n : NAN;
+    out->time_ms = tq_unix_ms();
+    return TQ_OK;
+}
+
+static int mkdir_p(const char *dir) {
+    char buf[TQ_PATH_MAX];
+    snprintf(buf, sizeof buf, "%s", dir);
+    for (char *p = buf + 1; *p; p++)
+        if (*p == '/') { *p = 0; if (mkdir(buf, 0755) && errno != EEXIST) return -1; *p = '/'; }
+    return mkdir(buf, 0755) && errno != EEXIST ? -1 : 0;
+}
+
+static int optimizer_step(run_ctx *r, double lr, int64_t t) {
+    const tq_spec *sp = r->sp;
+    tq_engine *e = &r->e;
+    size_t P = e->g->nparam_elems;
+    if (sp->optimizer.type == TQ_OPT_SGD)
+        return r->be->i->sgd_step(r->be, P, e->params, e->grads, e->opt_a, (float)lr,
+                                  (float)sp->optimizer.momentum, (float)sp->optimizer.weight_decay,
+                                  sp->optimizer.nesterov);
+    double b1 = sp->optimizer.beta1, b2 = sp->optimizer.beta2;
+    return r->be->i->adamw_step(r->be, P, e->params, e->grads, e->opt_a, e->opt_b, (float)lr,
+                                (float)b1, (float)b2, (float)sp->optimizer.eps,
+                                (float)sp->optimizer.weight_decay, (float)(1.0 - pow(b1, (double)t)),
+                                (float)(1.0 - pow(b2, (double)t)));
+}
+
+int tq_train(const tq_spec *sp, const tq_run_opts *o, tq_summary *sum) {
+    char err[512] = "", code[32] = "";
+    tq_dataset ds;
+    run_ctx r;
+    memset(&r, 0, sizeof r);
+    memset(sum, 0, sizeof *sum);
+    sum->final_loss = sum->val_loss = sum->val_accuracy = NAN;
+    sum->peak_memory_bytes = sum->predicted_peak_bytes = sum->device_peak_used_bytes = -1;
+    sum->final_loss_scale = -1;
+    sum->effective_batch = (int64_t)sp->batch_size * sp->accum_steps;
+    snprintf(sum->amp, sizeof sum->amp, "%s", tq_amp_name(sp->amp));
+    snprintf(sum->device, sizeof sum->device, "cpu");
+    double t_start = tq_mono_ms();
+    double *step_ms = NULL, *sps = NULL;
+    tq_graph *g = NULL;
+    int rc = 0;
+
+    if (!strncmp(sp->device, "cuda", 4)) {
+        fail(sum, "device_unavailable", "device \"cuda\" requested, but this build of trainq has no CUDA backend; use \"device\": \"auto\" or \"cpu\"");
+        return TQ_EDEVICE;
+    }
+    if (load_data(sp, &ds, code, sizeof code, err, sizeof err)) { fail(sum, code, err); return TQ_EDATA; }
+    r.sp = sp; r.ds = &ds;
+    r.be = tq_cpu_backend_new(sp->threads);
+    if (!r.be) { fail(sum, "out_of_memory", "cannot create the CPU backend"); tq_dataset_free(&ds); return TQ_ENOMEM; }
+    int b = sp->batch_size, accum = sp->accum_steps;
+    int64_t N = ds.train.n;
+    int64_t mb_per_epoch = N / b, spe = mb_per_epoch / accum;
+    if (spe < 1) {
+        snprintf(err, sizeof err, "the training set has %lld samples, fewer than one optimizer step needs (batch_size %d x accum_steps %d)",
+                 (long long)N, b, accum);
+        fail(sum, "invalid_spec", err); rc = TQ_EINVAL; goto done;
+    }
+    int64_t total = sp->steps ? sp->steps : (int64_t)llround(sp->epochs * (double)spe);
+    if (total < 1) total = 1;
+
+    g = build(sp, &ds, r.be, err, sizeof err);
+    if (!g) { fail(sum, "invalid_spec", err); rc = TQ_EINVAL; goto done; }
+    tq_plan plan;
+    tq_engine_plan(g, sp->optimizer.type, momentum_buf(sp), data_bytes(&ds), &plan);
+    sum->predicted_peak_bytes = (int64_t)plan.total;
+    if (sp->max_memory_mb > 0 && plan.total + plan.data > (size_t)sp->max_memory_mb << 20) {
+        snprintf(err, sizeof err, "the job needs %zu bytes (%.1f MiB: %zu for training + %zu for the dataset), over max_memory_mb %lld",
+                 plan.total + plan.data, (plan.total + plan.data) / 1048576.0, plan.total, plan.data, (long long)sp->max_memory_mb);
+        fail(sum, "memory_limit", err); rc = TQ_ENOMEM; goto done;
+    }
+    if ((rc = tq_engine_new(&r.e, r.be, g, sp->optimizer.type, momentum_buf(sp), err, sizeof err))) {
+        fail(sum, "out_of_memory", err); goto done;
+    }
+    if (upload_split(&r, &ds.train, &r.train_img, &r.train_lab) || upload_split(&r, &ds.test, &r.test_img, &r.test_lab)) {
+        fail(sum, "out_of_memory", "out of memory uploading the dataset"); rc = TQ_ENOMEM; goto done;
+    }
+    for (int c = 0; c < 3; c++) { r.mean[c] = ds.mean[c]; r.inv_std[c] = 1.0f / ds.std[c]; }
+    r.idx_host = malloc(sizeof(int32_t) * b);
+    r.aug_host = malloc(sizeof(tq_aug) * b);
+    r.perm = malloc(sizeof(int32_t) * (N ? N : 1));
+    r.perm_epoch = -1;
+    step_ms = malloc(sizeof(double) * total);
+    sps = malloc(sizeof(double) * total);
+    if (!r.idx_host || !r.aug_host || !r.perm || !step_ms || !sps) { fail(sum, "out_of_memory", "out of host memory"); rc = TQ_ENOMEM; goto done; }
+
+    /* weights: checkpoint (resume) > init_from > fresh */
+    tq_ckpt_state st = {0, 0, sp->amp == TQ_AMP_FP16 ? sp->loss_scale.init : -1, 0, 0};
+    char ckpt_path[TQ_PATH_MAX + 32] = "", model_path[TQ_PATH_MAX + 32] = "";
+    if (o->out_dir) {
+        if (mkdir_p(o->out_dir)) {
+            snprintf(err, sizeof err, "cannot create output directory %s: %s", o->out_dir, strerror(errno));
+            fail(sum, "io_error", err); rc = TQ_EIO; goto done;
+        }
+        snprintf(ckpt_path, sizeof ckpt_path, "%s/checkpoint.safetensors", o->out_dir);
+        snprintf(model_path, sizeof model_path, "%s/model.safetensors", o->out_dir);
+    }
+    struct stat sb;
+    if (o->resume && ckpt_path[0] && stat(ckpt_path, &sb) == 0) {
+        if ((rc = tq_load_checkpoint(&r.e, ckpt_path, &st, err, sizeof err))) { fail(sum, "invalid_checkpoint", err); goto done; }
+    } else if (sp->init_from[0]) {
+        if ((rc = tq_load_model(&r.e, sp->init_from, err, sizeof err))) { fail(sum, "invalid_init_from", err); goto done; }
+    } else if ((rc = tq_engine_init_weights(&r.e, sp->seed))) {
+        fail(sum, "out_of_memory", "out of memory initialising weights"); goto done;
+    }
+
+    tq_backend *be = r.be;
+    const tq_backend_i *I = be->i;
+    int fp16 = sp->amp == TQ_AMP_FP16;
+    double scale = fp16 ? st.loss_scale : 1.0;
+    int tracker = (int)st.growth_tracker;
+    int64_t start = st.step, nsteps_here = 0, peak = 0;
+    size_t data_b = plan.data;
+    double loss = NAN;
+    int stop = 0;
+    int last_eval_step = -1;
+    for (int64_t s = start; s < total && !stop; s++) {
+        double t0 = tq_mono_ms();
+        int64_t epoch = s / spe;
+        if (epoch != r.perm_epoch) { tq_epoch_order(r.perm, N, sp->seed, epoch, sp->shuffle); r.perm_epoch = epoch; }
+        I->memset0(be, r.e.grads, g->nparam_elems * 4);
+        I->memset0(be, r.e.scalars, 3 * sizeof(float));
+        size_t extent = 0;
+        for (int j = 0; j < accum && !rc; j++) {
+            int64_t k = (s % spe) * accum + j;
+            for (int q = 0; q < b; q++) r.idx_host[q] = r.perm[k * b + q];
+            if (sp->augment) tq_aug_draw(r.aug_host, b, sp->seed, (uint64_t)(s * accum + j), AUG_PAD);
+            rc = load(&r, b, r.train_img, r.train_lab, sp->augment ? r.aug_host : NULL);
+            if (!rc) rc = tq_engine_train_microbatch(&r.e, (float)(scale / accum));
+            if (r.e.extent_peak > extent) extent = r.e.extent_peak;
+        }
+        if (!rc && fp16) rc = I->unscale_check(be, g->nparam_elems, r.e.grads, (float)(1.0 / scale), r.e.scalars + 2);
+        if (rc) { fail(sum, "backend_error", be->err); goto done; }
+        float sc[3];
+        I->to_host(be, sc, r.e.scalars, sizeof sc);     /* the one sync of the step */
+        int found_inf = fp16 && sc[2] != 0.0f;
+        double lr = tq_lr_at(sp, s, total);
+        double used_scale = scale;
+        if (!found_inf) {
+            st.opt_t++;
+            if ((rc = optimizer_step(&r, lr, st.opt_t)) || (rc = tq_engine_refresh_wlow(&r.e))) { fail(sum, "backend_error", be->err); goto done; }
+        } else {
+            st.skipped_steps++;
+        }
+        if (fp16) {
+            float fs = (float)scale;
+            tq_scaler_update(&fs, &tracker, found_inf, (float)sp->loss_scale.growth_factor,
+                             (float)sp->loss_scale.backoff_factor, sp->loss_scale.growth_interval);
+            scale = fs;
+        }
+        I->sync(be);
+        double ms = tq_mono_ms() - t0;
+        loss = sc[0] / ((double)b * accum);
+        tq_step_rec rec = {0};
+        rec.step = s + 1;
+        rec.epoch = (int)epoch + 1;
+        rec.loss = loss;
+        rec.lr = lr;
+        rec.loss_scale = fp16 ? used_scale : -1;
+        rec.skipped = found_inf;
+        rec.step_ms = ms;
+        rec.samples_per_s = (double)b * accum / (ms / 1000.0);
+        size_t held = be->bytes_live - data_b;
+        rec.mem_allocated_bytes = (int64_t)r.e.persistent_bytes;
+        rec.mem_peak_bytes = (int64_t)(held - g->arena_bytes + extent);
+        rec.mem_reserved_bytes = (int64_t)be->bytes_live;
+        rec.device_used_bytes = -1;
+        rec.time_ms = tq_unix_ms();
+        rec.total_steps = total;
+        if (rec.mem_peak_bytes > peak) peak = rec.mem_peak_bytes;
+        step_ms[nsteps_here] = ms; sps[nsteps_here] = rec.samples_per_s; nsteps_here++;
+        st.step = s + 1;
+        st.loss_scale = scale; st.growth_tracker = tracker;
+        if (o->cb.on_step && (rc = o->cb.on_step(o->cb.ctx, &rec))) { fail(sum, "io_error", "recording the step failed"); goto done; }
+
+        int epoch_end = (s + 1) % spe == 0;
+        int last = s + 1 == total;
+        int due_eval = sp->eval_every ? ((s + 1) % sp->eval_every == 0 || last) : (epoch_end || last);
+        if (due_eval && ds.test.n > 0) {
+            tq_eval_rec ev;
+            if ((rc = evaluate(&r, s + 1, (int)epoch + 1, TQ_EVAL_EVAL, &ev))) { fail(sum, "backend_error", be->err); goto done; }
+            sum->val_loss = ev.loss; sum->val_accuracy = ev.accuracy;
+            last_eval_step = (int)(s + 1);
+            if (o->cb.on_eval && (rc = o->cb.on_eval(o->cb.ctx, &ev))) { fail(sum, "io_error", "recording the evaluation failed"); goto done; }
+        }
+        int want_stop = !last && o->cb.should_stop ? o->cb.should_stop(o->cb.ctx) : 0;
+        double elapsed_s = (tq_mono_ms() - t_start) / 1000.0;
+        int timed_out = !last && sp->timeout_s > 0 && elapsed_s > (double)sp->timeout_s;
+        if (ckpt_path[0] && (last || want_stop || timed_out || (s + 1) % sp->checkpoint_every == 0)) {
+            if ((rc = tq_save_checkpoint(&r.e, ckpt_path, &st, err, sizeof err))) { fail(sum, "io_error", err); goto done; }
+            if (o->cb.on_checkpoint) o->cb.on_checkpoint(o->cb.ctx, st.step, ckpt_path);
+        }
+        if (timed_out) {
+            snprintf(err, sizeof err, "the job ran past timeout_s %lld after %lld of %lld steps",
+                     (long long)sp->timeout_s, (long long)(s + 1), (long long)total);
+            fail(sum, "timeout", err); rc = TQ_ECANCEL; stop = 1;
+        } else if (want_stop) {
+            snprintf(sum->state, sizeof sum->state, want_stop == 2 ? "interrupted" : "cancelled");
+            stop = 1;
+        }
+    }
+    (void)last_eval_step;
+    if (!sum->state[0]) snprintf(sum->state, sizeof sum->state, "succeeded");
+    if (model_path[0] && !strcmp(sum->state, "succeeded")) {
+        if ((rc = tq_export_model(&r.e, model_path, err, sizeof err))) { fail(sum, "io_error", err); goto done; }
+    }
+    sum->steps = st.step;
+    sum->samples = st.step * sum->effective_batch;
+    sum->epochs = (double)st.step / (double)spe;
+    sum->final_loss = loss;
+    sum->peak_memory_bytes = peak;
+    sum->skipped_steps = st.skipped_steps;
+    sum->final_loss_scale = fp16 ? scale : -1;
+    if (nsteps_here > 0) {
+        size_t skip = nsteps_here > 5 ? 5 : 0;
+        sum->samples_per_s = median(sps + skip, nsteps_here - skip);
+        sum->step_ms_median = median(step_ms + skip, nsteps_here - skip);
+    }
+done:
+    sum->wall_s = (tq_mono_ms() - t_start) / 1000.0;
+    if (r.be) {
+        void *bufs[4] = {r.train_img, r.train_lab, r.test_img, r.test_lab};
+        for (int i = 0; i < 4; i++) if (bufs[i]) r.be->i->free(r.be, bufs[i]);
+        if (r.e.g) tq_engine_free(&r.e);
+        tq_backend_free(r.be);
+    }
+    tq_graph_free(g);
+    free(r.idx_host); free(r.aug_host); free(r.perm); free(step_ms); free(sps);
+    tq_dataset_free(&ds);
+    if (!strcmp(sum->state, "failed") && rc == 0) rc = TQ_EINVAL;
+    return strcmp(sum->state, "failed") ? 0 : rc;
+}

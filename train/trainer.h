@@ -1,0 +1,36 @@
+/* trainer.h — runs one job: data, model, plan, the training loop with AMP, accumulation,
+ * schedules, evaluations, checkpoints, and the summary. Used by `trainq run` and by the
+ * daemon's worker.
+ *
+ * Contract: tq_train never exits; expected failures (missing or corrupt data, a corrupt
+ * init_from or checkpoint, a plan over max_memory_mb, an out-of-memory, a backend error) end
+ * with summary.state "failed", summary.error_code/message set, and a non-zero return.
+ * Records go through opts->cb on the caller's thread. Files (model.safetensors,
+ * checkpoint.safetensors) go to opts->out_dir when it is set. */
+#ifndef TQ_TRAINER_H
+#define TQ_TRAINER_H
+#include "engine.h"
+#include "records.h"
+#include "spec.h"
+
+typedef struct {
+    const char *out_dir;     /* NULL: write no files */
+    int resume;              /* continue from out_dir/checkpoint.safetensors when it exists */
+    tq_callbacks cb;
+} tq_run_opts;
+
+int tq_train(const tq_spec *spec, const tq_run_opts *opts, tq_summary *sum);
+
+/* The plan of a spec without training (`trainq plan`): builds the model on the dataset's
+ * shape (read from the dataset's headers: the data is loaded). */
+typedef struct {
+    tq_plan plan;
+    char model[16], amp[8];
+    int batch_size, h, w, c;
+} tq_plan_report;
+int tq_plan_spec(const tq_spec *spec, tq_plan_report *rep, char *code, size_t codelen,
+                 char *err, size_t errlen);
+
+/* learning rate of (0-based) step s of `total` */
+double tq_lr_at(const tq_spec *spec, int64_t s, int64_t total);
+#endif
