@@ -13,8 +13,13 @@
  *   zeroed once per optimizer step).
  * - Workspace: each op that needs scratch says how much through `*_ws`; the caller (the memory
  *   planner) passes at least that much. Ops never allocate.
- * - Errors: ops return 0 or a negative TQ_E* status with a message via tq_backend_error();
+ * - Errors: ops return 0 or a negative TQ_E* status with a message in be->err (tq_backend_seterr);
  *   they never exit(). One backend object is used by one thread.
+ * - The CPU backend splits work over its own OpenMP threads and pins OpenBLAS to one thread
+ *   (two spinning thread pools on the same cores are ~25x slower); its conv workspace depends
+ *   on be->threads, so plan after creating the backend and do not change threads afterwards.
+ * - NaN propagates through relu and max-pool (as in PyTorch), so an fp16 overflow anywhere
+ *   reaches the inf check over the gradients.
  */
 #ifndef TQ_BACKEND_H
 #define TQ_BACKEND_H

@@ -5,20 +5,29 @@
  *   bwd_data:    dcols[NPQ][RSC] = dY[NPQ][K] · W[K][RSC], then col2im (gathered per input row,
  *                so images/rows are independent and the adds happen in a fixed order)
  *   bwd_filter:  dW[K][RSC] += dY^T · cols,  db[k] += Σ dy[.][k]
- * Images go in chunks of nb so that the per-chunk scratch stays <= CHUNK_FLOATS (at least one
- * image). f32 1×1 stride-1 pad-0 convolutions use x/dx directly (no im2col, no workspace).
- * Threading: one OpenMP team per chunk; every thread does the im2col of its own rows and calls
- * single-threaded OpenBLAS on its share (rows of Y / dcols; a column range of dW), so exactly
- * one pool of threads is active (OpenBLAS's own pthread pool next to a spinning OpenMP team on
- * the same cores was measured 25x slower). cpu_backend.c pins OpenBLAS to one thread.
- * f16/bf16: w, dy are staged in f32, im2col converts x, outputs are staged in f32 and rounded
- * once on store.
+ * Images go in chunks of nb so that the scratch stays bounded (at least one image); f32 1×1
+ * stride-1 pad-0 convolutions use x/dx directly (no im2col, no workspace). f16/bf16: w and dy
+ * are staged in f32, im2col converts x, outputs are staged in f32 and rounded once on store.
  *
- * Workspace layout (floats, each section rounded up to 16 floats = 64 bytes):
- *   fwd         f32: cols                 16-bit: wf, cols, yf
- *   bwd_data    f32: dcols                16-bit: wf, dyf, dcols, dxf
- *   bwd_filter  f32: cols                 16-bit: dyf, cols
- * conv_ws returns the maximum of the three, computed by the same layout() the ops use.
+ * Threading. OpenBLAS runs single-threaded (cpu_backend.c pins it): GEMMs are split by our
+ * OpenMP threads, so only one pool of threads exists (OpenBLAS's pthread pool next to a spinning
+ * OpenMP team on the same cores was measured 25x slower). Two modes:
+ *  - image-parallel (threads > 1, N > 1, not the direct path): each thread runs im2col, GEMM
+ *    and col2im on whole chunks of images in its own workspace slice t, with no barrier: one
+ *    join per op. On a shared machine every barrier waits for a descheduled peer; per-chunk
+ *    barriers were measured up to 100x slower under load. fwd and bwd_data hand out the
+ *    (fixed) chunks dynamically, so a running thread takes a stalled one's work; the result
+ *    does not depend on who computed a chunk. bwd_filter partitions images statically (thread
+ *    t: [N·t/T, N·(t+1)/T)): thread 0 accumulates into dw, thread t > 0 into its partial dW,
+ *    added to dw in thread order at the end, so the sum is reproducible for a thread count.
+ *  - team per chunk (N == 1, one thread, or the direct path): the team splits a chunk's rows
+ *    (fwd, bwd_data GEMM), input rows (col2im) or dW columns (bwd_filter).
+ *
+ * Workspace (floats, every section rounded up to 16 floats = 64 bytes):
+ *   [wf: f32 copy of w — 16-bit fwd/bwd_data]  T × slice{cols | yf/dyf (16-bit) | dxf (16-bit
+ *   bwd_data)}  [T−1 partial dW — bwd_filter, image-parallel]
+ * conv_ws returns the maximum over the three ops, computed by the same layout() the ops use;
+ * it depends on be->threads.
  */
 #include <limits.h>
 #include <string.h>
@@ -28,7 +37,10 @@
 #include "cpu/cpu_internal.h"
 
 #ifndef CHUNK_FLOATS
-#define CHUNK_FLOATS ((size_t)1 << 19)   /* per-chunk scratch bound, in floats (2 MiB) */
+#define CHUNK_FLOATS ((size_t)1 << 19)   /* scratch per chunk of a team, floats (2 MiB) */
+#endif
+#ifndef THREAD_CHUNK_FLOATS
+#define THREAD_CHUNK_FLOATS ((size_t)1 << 18)   /* scratch per chunk of one thread (1 MiB) */
 #endif
 
 enum { OP_FWD, OP_BWD_DATA, OP_BWD_FILTER };
@@ -40,8 +52,13 @@ typedef struct {
 } cgeom;
 
 typedef struct {
-    int nb;                         /* images per chunk */
-    size_t wf, a, b, d;             /* section offsets (floats) */
+    int T;                  /* workspace slices (threads, image-parallel mode), else 1 */
+    int img_par;            /* image-parallel mode */
+    int nb;                 /* images per chunk (per thread's chunk in image-parallel mode) */
+    size_t wf;              /* 16-bit fwd/bwd_data: f32 copy of w */
+    size_t slice0, slice;   /* slice t starts at slice0 + t·slice */
+    size_t a, b, d;         /* within a slice: cols/dcols, yf/dyf, dxf */
+    size_t pw;              /* bwd_filter, image-parallel: T−1 partial dW of up16(K·RSC) */
     size_t bytes;
 } clayout;
 
@@ -73,25 +90,32 @@ static int geom(tq_backend *be, const char *op, const tq_conv_desc *d, tq_dtype 
 
 static size_t up16(size_t f) { return (f + 15) / 16 * 16; }
 
-static void layout(const cgeom *g, tq_dtype dt, int op, clayout *L) {
+static void layout(const cgeom *g, tq_dtype dt, int op, int nt, clayout *L) {
     int lo = dt != TQ_F32;
     memset(L, 0, sizeof *L);
-    if (!lo && g->direct) { L->nb = g->n; return; }
+    L->T = 1;
+    L->nb = g->n;
+    if (!lo && g->direct) return;
     size_t per = g->pq * g->rsc;                                   /* cols / dcols */
     if (lo) per += g->pq * (size_t)g->k;                           /* yf / dyf */
     if (lo && op == OP_BWD_DATA) per += g->hwc;                    /* dxf */
-    size_t nb = CHUNK_FLOATS / per;
+    L->img_par = nt > 1 && g->n > 1;
+    if (L->img_par) L->T = nt < g->n ? nt : g->n;
+    size_t cap = ((size_t)g->n + L->T - 1) / L->T;
+    size_t nb = (L->img_par ? THREAD_CHUNK_FLOATS : CHUNK_FLOATS) / per;
     if (nb < 1) nb = 1;
-    if (nb > (size_t)g->n) nb = (size_t)g->n;
+    if (nb > cap) nb = cap;
     L->nb = (int)nb;
-    size_t colsz = up16(nb * g->pq * g->rsc), ysz = up16(nb * g->pq * (size_t)g->k);
+    size_t colsz = up16(nb * g->pq * g->rsc);
+    size_t ysz = lo ? up16(nb * g->pq * (size_t)g->k) : 0;
+    size_t dsz = lo && op == OP_BWD_DATA ? up16(nb * g->hwc) : 0;
     size_t wsz = up16((size_t)g->k * g->rsc), f = 0;
-    if (!lo) { L->a = 0; f = colsz; }
-    else if (op == OP_FWD) { L->wf = 0; L->a = wsz; L->b = wsz + colsz; f = wsz + colsz + ysz; }
-    else if (op == OP_BWD_DATA) {
-        L->wf = 0; L->b = wsz; L->a = wsz + ysz; L->d = wsz + ysz + colsz;
-        f = L->d + up16(nb * g->hwc);
-    } else { L->b = 0; L->a = ysz; f = ysz + colsz; }
+    if (lo && op != OP_BWD_FILTER) { L->wf = 0; f = wsz; }
+    L->slice0 = f;
+    L->a = 0; L->b = colsz; L->d = colsz + ysz;
+    L->slice = colsz + ysz + dsz;
+    f += (size_t)L->T * L->slice;
+    if (op == OP_BWD_FILTER && L->T > 1) { L->pw = f; f += (size_t)(L->T - 1) * wsz; }
     L->bytes = f * sizeof(float);
 }
 
@@ -101,7 +125,7 @@ size_t tq_cpu_conv_ws(tq_backend *be, const tq_conv_desc *d, tq_dtype dt) {
     size_t m = 0;
     for (int op = OP_FWD; op <= OP_BWD_FILTER; op++) {
         clayout L;
-        layout(&g, dt, op, &L);
+        layout(&g, dt, op, tq_cpu_nt(be), &L);
         if (L.bytes > m) m = L.bytes;
     }
     return m;
@@ -111,7 +135,7 @@ static int get_layout(tq_backend *be, const char *opname, const tq_conv_desc *d,
                       int op, size_t ws_bytes, const void *ws, cgeom *g, clayout *L) {
     int rc = geom(be, opname, d, dt, g);
     if (rc) return rc;
-    layout(g, dt, op, L);
+    layout(g, dt, op, tq_cpu_nt(be), L);
     if (ws_bytes < L->bytes || (L->bytes && !ws)) {
         tq_backend_seterr(be, "%s: workspace too small (%zu < %zu bytes)", opname, ws_bytes,
                           L->bytes);
@@ -231,12 +255,38 @@ static void share(size_t n, size_t align, size_t *a, size_t *b) {
     if (*b > n) *b = n;
 }
 
-static int team(tq_backend *be, double flops) {
+/* threads for `flops` of work, at most cap */
+static int team(tq_backend *be, double flops, int cap) {
     int nt = tq_cpu_nt(be);
-    return flops < 2e6 ? 1 : nt;
+    if (flops < 2e6) return 1;
+    return nt < cap ? nt : cap;
 }
 
-/* ---- the three ops ---- */
+/* this thread's images in image-parallel mode */
+static void my_images(int n, int *i0, int *i1) {
+    int T = omp_get_num_threads(), t = omp_get_thread_num();
+    *i0 = (int)((long long)n * t / T);
+    *i1 = (int)((long long)n * (t + 1) / T);
+}
+
+/* ---- fwd ---- */
+
+/* Rows [t0, t1) of the chunk at image n0. cols: the chunk's cols (x itself on the direct
+ * path); Y: the chunk's f32 output rows (y itself for f32). */
+static void fwd_part(const cgeom *g, tq_dtype dt, int direct, const void *x, const float *W,
+                     const float *bias, void *y, float *cols, float *Y, int n0, size_t t0,
+                     size_t t1) {
+    const int K = g->k, RSC = (int)g->rsc;
+    if (t1 <= t0) return;
+    if (!direct) TQ_DT_CALL(dt, im2col_rows, g, x, n0, t0, t1, cols);
+    if (bias)
+        for (size_t t = t0; t < t1; t++) memcpy(Y + t * K, bias, (size_t)K * sizeof(float));
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)(t1 - t0), K, RSC, 1.0f,
+                cols + t0 * RSC, RSC, W, RSC, bias ? 1.0f : 0.0f, Y + t0 * K, K);
+    if (dt != TQ_F32)
+        TQ_DT_CALL(dt, store_rows, y, (size_t)n0 * g->pq * K + t0 * K, Y + t0 * K,
+                   (t1 - t0) * K);
+}
 
 static int conv_fwd_impl(tq_backend *be, const char *nm, const tq_conv_desc *d, tq_dtype dt,
                          void *y, const void *x, const void *w, const float *bias, void *ws,
@@ -244,31 +294,53 @@ static int conv_fwd_impl(tq_backend *be, const char *nm, const tq_conv_desc *d, 
     cgeom g; clayout L;
     int rc = get_layout(be, nm, d, dt, OP_FWD, ws_bytes, ws, &g, &L);
     if (rc) return rc;
-    const int K = g.k, RSC = (int)g.rsc, direct = dt == TQ_F32 && g.direct;
+    const int K = g.k, direct = dt == TQ_F32 && g.direct;
     float *wsf = ws;
     const float *W = dt == TQ_F32 ? (const float *)w : wsf + L.wf;
     if (dt != TQ_F32) to_f32(be, dt, wsf + L.wf, w, 0, (size_t)K * g.rsc);
+    double flops = 2.0 * g.n * g.pq * K * g.rsc;
+    if (L.img_par) {
+#pragma omp parallel num_threads(team(be, flops, L.T))
+        {
+            float *sl = wsf + L.slice0 + (size_t)omp_get_thread_num() * L.slice;
+            int nch = (g.n + L.nb - 1) / L.nb;
+#pragma omp for schedule(dynamic, 1)
+            for (int ch = 0; ch < nch; ch++) {
+                int n0 = ch * L.nb, nb = g.n - n0 < L.nb ? g.n - n0 : L.nb;
+                float *Y = dt == TQ_F32 ? (float *)y + (size_t)n0 * g.pq * K : sl + L.b;
+                fwd_part(&g, dt, 0, x, W, bias, y, sl + L.a, Y, n0, 0, (size_t)nb * g.pq);
+            }
+        }
+        return TQ_OK;
+    }
     for (int n0 = 0; n0 < g.n; n0 += L.nb) {
         int nb = g.n - n0 < L.nb ? g.n - n0 : L.nb;
-        size_t rows = (size_t)nb * g.pq, yoff = (size_t)n0 * g.pq * K;
-        const float *cols = direct ? (const float *)x + (size_t)n0 * g.hwc : wsf + L.a;
-        float *Y = dt == TQ_F32 ? (float *)y + yoff : wsf + L.b;
-#pragma omp parallel num_threads(team(be, 2.0 * rows * K * RSC))
+        size_t rows = (size_t)nb * g.pq;
+        float *cols = direct ? (float *)x + (size_t)n0 * g.hwc : wsf + L.slice0 + L.a;
+        float *Y = dt == TQ_F32 ? (float *)y + (size_t)n0 * g.pq * K : wsf + L.slice0 + L.b;
+#pragma omp parallel num_threads(team(be, flops * nb / g.n, INT_MAX))
         {
             size_t t0, t1;
             share(rows, 4, &t0, &t1);
-            if (t1 > t0) {
-                if (!direct) TQ_DT_CALL(dt, im2col_rows, &g, x, n0, t0, t1, (float *)cols);
-                if (bias)
-                    for (size_t t = t0; t < t1; t++) memcpy(Y + t * K, bias, (size_t)K * 4);
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)(t1 - t0), K, RSC, 1.0f,
-                            cols + t0 * RSC, RSC, W, RSC, bias ? 1.0f : 0.0f, Y + t0 * K, K);
-                if (dt != TQ_F32)
-                    TQ_DT_CALL(dt, store_rows, y, yoff + t0 * K, Y + t0 * K, (t1 - t0) * K);
-            }
+            fwd_part(&g, dt, direct, x, W, bias, y, cols, Y, n0, t0, t1);
         }
     }
     return TQ_OK;
+}
+
+/* ---- bwd_data ---- */
+
+/* dcols rows [t0, t1) of the chunk at n0 = dY·W (16-bit dy converted into DY first). The
+ * direct path writes dx itself, with beta. */
+static void bwdd_gemm(const cgeom *g, tq_dtype dt, int direct, const void *dy, const float *W,
+                      float *DY, float *dcols, float beta, int n0, size_t t0, size_t t1) {
+    const int K = g->k, RSC = (int)g->rsc;
+    if (t1 <= t0) return;
+    if (dt != TQ_F32)
+        TQ_DT_CALL(dt, cvt_to_f32, DY + t0 * K, dy, (size_t)n0 * g->pq * K + t0 * K,
+                   (t1 - t0) * K);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)(t1 - t0), RSC, K, 1.0f,
+                DY + t0 * K, K, W, RSC, direct ? beta : 0.0f, dcols + t0 * RSC, RSC);
 }
 
 static int conv_bwd_data_impl(tq_backend *be, const char *nm, const tq_conv_desc *d,
@@ -277,34 +349,66 @@ static int conv_bwd_data_impl(tq_backend *be, const char *nm, const tq_conv_desc
     cgeom g; clayout L;
     int rc = get_layout(be, nm, d, dt, OP_BWD_DATA, ws_bytes, ws, &g, &L);
     if (rc) return rc;
-    const int K = g.k, RSC = (int)g.rsc, direct = dt == TQ_F32 && g.direct;
+    const int K = g.k, direct = dt == TQ_F32 && g.direct;
     float *wsf = ws;
     const float *W = dt == TQ_F32 ? (const float *)w : wsf + L.wf;
     if (dt != TQ_F32) to_f32(be, dt, wsf + L.wf, w, 0, (size_t)K * g.rsc);
+    double flops = 2.0 * g.n * g.pq * K * g.rsc;
+    if (L.img_par) {
+#pragma omp parallel num_threads(team(be, flops, L.T))
+        {
+            float *sl = wsf + L.slice0 + (size_t)omp_get_thread_num() * L.slice;
+            int nch = (g.n + L.nb - 1) / L.nb;
+#pragma omp for schedule(dynamic, 1)
+            for (int ch = 0; ch < nch; ch++) {
+                int n0 = ch * L.nb, nb = g.n - n0 < L.nb ? g.n - n0 : L.nb;
+                float *DY = dt == TQ_F32 ? (float *)dy + (size_t)n0 * g.pq * K : sl + L.b;
+                bwdd_gemm(&g, dt, 0, dy, W, DY, sl + L.a, beta, n0, 0, (size_t)nb * g.pq);
+                col2im_rows(dt, &g, sl + L.a, n0, 0, (size_t)nb * g.h, dx, beta, sl + L.d);
+            }
+        }
+        return TQ_OK;
+    }
     for (int n0 = 0; n0 < g.n; n0 += L.nb) {
         int nb = g.n - n0 < L.nb ? g.n - n0 : L.nb;
-        size_t rows = (size_t)nb * g.pq, yoff = (size_t)n0 * g.pq * K;
-        float *dcols = direct ? (float *)dx + (size_t)n0 * g.hwc : wsf + L.a;
-        float *DY = dt == TQ_F32 ? (float *)dy + yoff : wsf + L.b;
-#pragma omp parallel num_threads(team(be, 2.0 * rows * K * RSC))
+        size_t rows = (size_t)nb * g.pq;
+        float *dcols = direct ? (float *)dx + (size_t)n0 * g.hwc : wsf + L.slice0 + L.a;
+        float *DY = dt == TQ_F32 ? (float *)dy + (size_t)n0 * g.pq * K : wsf + L.slice0 + L.b;
+#pragma omp parallel num_threads(team(be, flops * nb / g.n, INT_MAX))
         {
             size_t t0, t1;
             share(rows, 4, &t0, &t1);
-            if (t1 > t0) {
-                if (dt != TQ_F32)
-                    TQ_DT_CALL(dt, cvt_to_f32, DY + t0 * K, dy, yoff + t0 * K, (t1 - t0) * K);
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)(t1 - t0), RSC, K, 1.0f,
-                            DY + t0 * K, K, W, RSC, direct ? beta : 0.0f, dcols + t0 * RSC, RSC);
-            }
+            bwdd_gemm(&g, dt, direct, dy, W, DY, dcols, beta, n0, t0, t1);
             if (!direct) {
 #pragma omp barrier
-                size_t u0, u1;
-                share((size_t)nb * g.h, 1, &u0, &u1);
-                col2im_rows(dt, &g, dcols, n0, u0, u1, dx, beta, wsf + L.d);
+                share((size_t)nb * g.h, 1, &t0, &t1);
+                col2im_rows(dt, &g, dcols, n0, t0, t1, dx, beta, wsf + L.slice0 + L.d);
             }
         }
     }
     return TQ_OK;
+}
+
+/* ---- bwd_filter ---- */
+
+/* cols and (16-bit) DY rows [t0, t1) of the chunk at n0 */
+static void bwdf_prep(const cgeom *g, tq_dtype dt, const void *x, const void *dy, float *cols,
+                      float *DY, int n0, size_t t0, size_t t1) {
+    const int K = g->k;
+    if (t1 <= t0) return;
+    TQ_DT_CALL(dt, im2col_rows, g, x, n0, t0, t1, cols);
+    if (dt != TQ_F32)
+        TQ_DT_CALL(dt, cvt_to_f32, DY + t0 * K, dy, (size_t)n0 * g->pq * K + t0 * K,
+                   (t1 - t0) * K);
+}
+
+/* target[:, j0:j1] = beta·target + DY^T · cols[:, j0:j1] over `rows` rows */
+static void bwdf_gemm(const cgeom *g, size_t rows, const float *DY, const float *cols,
+                      float *target, size_t j0, size_t j1, float beta) {
+    const int K = g->k, RSC = (int)g->rsc;
+    if (j1 <= j0 || rows == 0) return;
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, K, (int)(j1 - j0), (int)rows, 1.0f, DY,
+                K, cols + j0, RSC, beta, target + j0, RSC);
 }
 
 static int conv_bwd_filter_impl(tq_backend *be, const char *nm, const tq_conv_desc *d,
@@ -313,7 +417,7 @@ static int conv_bwd_filter_impl(tq_backend *be, const char *nm, const tq_conv_de
     cgeom g; clayout L;
     int rc = get_layout(be, nm, d, dt, OP_BWD_FILTER, ws_bytes, ws, &g, &L);
     if (rc) return rc;
-    const int K = g.k, RSC = (int)g.rsc, direct = dt == TQ_F32 && g.direct;
+    const int K = g.k, direct = dt == TQ_F32 && g.direct;
     float *wsf = ws;
     if (db) {
         size_t m = (size_t)g.n * g.pq;
@@ -326,28 +430,50 @@ static int conv_bwd_filter_impl(tq_backend *be, const char *nm, const tq_conv_de
         }
     }
     if (!dw) return TQ_OK;
+    double flops = 2.0 * g.n * g.pq * K * g.rsc;
+    size_t nwk = (size_t)K * g.rsc, wsz = up16(nwk);
+    if (L.img_par) {
+#pragma omp parallel num_threads(team(be, flops, L.T))
+        {
+            int i0, i1, t = omp_get_thread_num(), T = omp_get_num_threads();
+            my_images(g.n, &i0, &i1);
+            float *sl = wsf + L.slice0 + (size_t)t * L.slice;
+            float *target = t == 0 ? dw : wsf + L.pw + (size_t)(t - 1) * wsz;
+            float beta = t == 0 ? 1.0f : 0.0f;
+            for (int n0 = i0; n0 < i1; n0 += L.nb) {
+                int nb = i1 - n0 < L.nb ? i1 - n0 : L.nb;
+                size_t rows = (size_t)nb * g.pq;
+                float *DY = dt == TQ_F32 ? (float *)dy + (size_t)n0 * g.pq * K : sl + L.b;
+                bwdf_prep(&g, dt, x, dy, sl + L.a, DY, n0, 0, rows);
+                bwdf_gemm(&g, rows, DY, sl + L.a, target, 0, g.rsc, beta);
+                beta = 1.0f;
+            }
+            if (i1 <= i0 && t > 0) memset(target, 0, nwk * sizeof(float));
+#pragma omp barrier
+#pragma omp for schedule(static)
+            for (size_t j = 0; j < nwk; j++) {
+                float acc = dw[j];
+                for (int u = 1; u < T; u++) acc += wsf[L.pw + (size_t)(u - 1) * wsz + j];
+                dw[j] = acc;
+            }
+        }
+        return TQ_OK;
+    }
     for (int n0 = 0; n0 < g.n; n0 += L.nb) {
         int nb = g.n - n0 < L.nb ? g.n - n0 : L.nb;
-        size_t rows = (size_t)nb * g.pq, yoff = (size_t)n0 * g.pq * K;
-        const float *cols = direct ? (const float *)x + (size_t)n0 * g.hwc : wsf + L.a;
-        const float *DY = dt == TQ_F32 ? (const float *)dy + yoff : wsf + L.b;
-#pragma omp parallel num_threads(team(be, 2.0 * rows * K * RSC))
+        size_t rows = (size_t)nb * g.pq;
+        float *cols = direct ? (float *)x + (size_t)n0 * g.hwc : wsf + L.slice0 + L.a;
+        float *DY = dt == TQ_F32 ? (float *)dy + (size_t)n0 * g.pq * K : wsf + L.slice0 + L.b;
+#pragma omp parallel num_threads(team(be, flops * nb / g.n, INT_MAX))
         {
-            size_t t0, t1, j0, j1;
+            size_t t0, t1;
             if (!direct) {
                 share(rows, 4, &t0, &t1);
-                if (t1 > t0) {
-                    TQ_DT_CALL(dt, im2col_rows, &g, x, n0, t0, t1, (float *)cols);
-                    if (dt != TQ_F32)
-                        TQ_DT_CALL(dt, cvt_to_f32, (float *)DY + t0 * K, dy, yoff + t0 * K,
-                                   (t1 - t0) * K);
-                }
+                bwdf_prep(&g, dt, x, dy, cols, DY, n0, t0, t1);
 #pragma omp barrier
             }
-            share((size_t)RSC, 16, &j0, &j1);
-            if (j1 > j0)
-                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, K, (int)(j1 - j0), (int)rows,
-                            1.0f, DY, K, cols + j0, RSC, 1.0f, dw + j0, RSC);
+            share(g.rsc, 16, &t0, &t1);
+            bwdf_gemm(&g, rows, DY, cols, dw, t0, t1, 1.0f);
         }
     }
     return TQ_OK;

@@ -416,13 +416,19 @@ static void test_conv(void **state) {
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_conv_case(&cases[i]);
 }
 
-/* enough images that the im2col buffer is used in several chunks */
+/* enough work for several threads and several chunks per thread */
 static void test_conv_chunked(void **state) {
     (void)state;
     conv_case c1 = { 11, 32, 32, 16, 8, 3, 3, 1, 1, 1, 0, 0 };
     run_conv_case(&c1);
     conv_case c2 = { 3, 64, 64, 32, 4, 3, 3, 2, 1, 0, 0, 0 };
     run_conv_case(&c2);
+    /* one image: the team splits each chunk's rows instead of owning images */
+    conv_case c3 = { 1, 48, 48, 16, 16, 3, 3, 1, 1, 1, 0, 0 };
+    run_conv_case(&c3);
+    /* the direct 1×1 path with enough work for a team */
+    conv_case c4 = { 4, 32, 32, 32, 32, 1, 1, 1, 0, 1, 0, 0 };
+    run_conv_case(&c4);
 }
 
 static void test_linear(void **state) {
@@ -1145,9 +1151,11 @@ static void test_vtable_complete(void **state) {
     for (size_t i = 0; i < nslots; i++) assert_non_null(slots[i]);
 }
 
+/* TQ_TEST_THREADS=k runs every op with k threads (default 2) */
 static int setup(void **state) {
     (void)state;
-    be = tq_cpu_backend_new(2);
+    const char *t = getenv("TQ_TEST_THREADS");
+    be = tq_cpu_backend_new(t ? atoi(t) : 2);
     return be ? 0 : -1;
 }
 static int teardown(void **state) {
