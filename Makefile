@@ -52,7 +52,7 @@ unit: $(TESTS)
 	@set -e; for t in $(TESTS); do echo "== $$t"; CMOCKA_MESSAGE_OUTPUT=stdout $$t; done
 
 parity: $(BUILD)/trainq
-	$(PYTHON) -m pytest -q tests/parity
+	$(PYTHON) -m pytest -q tests/parity tests/integration
 
 test: deps
 	$(MAKE) all $(TESTS)
