@@ -150,6 +150,78 @@ static int evaluate(run_ctx *r, int64_t step, int epoch, tq_eval_kind kind, tq_e
     return TQ_OK;
 }
 
+static int cmp_abs(const void *a, const void *b) {
+    float x = fabsf(*(const float *)a), y = fabsf(*(const float *)b);
+    return x < y ? -1 : x > y;
+}
+
+/* After training: evaluate the model with post-training transformations applied to a copy of
+ * the weights (the trained weights are restored afterwards, so model.safetensors and the
+ * checkpoint keep them):
+ *  - prune: per conv/linear weight tensor, L1-unstructured as torch.nn.utils.prune
+ *    .l1_unstructured: the round(amount·n) smallest |w| become 0 (ties: lowest index first).
+ *  - int8: every linear weight quantised per tensor, symmetric, as torch's default dynamic
+ *    qconfig's weight observer (scale = max|w| / 127.5, q = clamp(round(w/scale), −128, 127)),
+ *    then dequantised. Activations stay in floating point: this measures the weight
+ *    quantisation, not int8 arithmetic. */
+static int posttrain(run_ctx *r, int64_t step, int epoch, tq_eval_kind kind, tq_eval_rec *ev) {
+    tq_engine *e = &r->e;
+    const tq_graph *g = e->g;
+    size_t P = g->nparam_elems;
+    float *orig = malloc(P * 4), *w = malloc(P * 4), *tmp = NULL;
+    if (!orig || !w) { free(orig); free(w); return TQ_ENOMEM; }
+    r->be->i->to_host(r->be, orig, e->params, P * 4);
+    memcpy(w, orig, P * 4);
+    int rc = TQ_OK;
+    for (int i = 0; i < g->nnodes && !rc; i++) {
+        const tq_node *nd = &g->nodes[i];
+        if (nd->op != TQ_OP_CONV && nd->op != TQ_OP_LINEAR) continue;
+        if (kind == TQ_EVAL_INT8 && nd->op != TQ_OP_LINEAR) continue;
+        size_t n = nd->op == TQ_OP_CONV ? (size_t)nd->cd.k * nd->cd.r * nd->cd.s * nd->cd.x.c
+                                        : (size_t)nd->lin_in * nd->lin_out;
+        float *p = w + nd->w_off;
+        if (kind == TQ_EVAL_PRUNED) {
+            size_t k = (size_t)llround(r->sp->prune_amount * (double)n);
+            if (k == 0) continue;
+            free(tmp);
+            if (!(tmp = malloc(n * 4))) { rc = TQ_ENOMEM; break; }
+            memcpy(tmp, p, n * 4);
+            qsort(tmp, n, 4, cmp_abs);
+            float thr = fabsf(tmp[k - 1]);
+            size_t below = 0;
+            for (size_t j = 0; j < n; j++) if (fabsf(p[j]) < thr) below++;
+            size_t ties = k - below;       /* zero the k smallest: all below thr, then ties */
+            for (size_t j = 0; j < n; j++) {
+                float a = fabsf(p[j]);
+                if (a < thr) p[j] = 0;
+                else if (a == thr && ties) { p[j] = 0; ties--; }
+            }
+        } else {
+            float amax = 0;
+            for (size_t j = 0; j < n; j++) if (fabsf(p[j]) > amax) amax = fabsf(p[j]);
+            if (amax == 0) continue;
+            float scale = amax / 127.5f;
+            for (size_t j = 0; j < n; j++) {
+                float q = nearbyintf(p[j] / scale);
+                if (q > 127) q = 127;
+                if (q < -128) q = -128;
+                p[j] = q * scale;
+            }
+        }
+    }
+    free(tmp);
+    if (!rc) {
+        r->be->i->to_device(r->be, e->params, w, P * 4);
+        rc = tq_engine_refresh_wlow(e);
+        if (!rc) rc = evaluate(r, step, epoch, kind, ev);
+        r->be->i->to_device(r->be, e->params, orig, P * 4);
+        int rc2 = tq_engine_refresh_wlow(e);
+        if (!rc) rc = rc2;
+    }
+    free(orig); free(w);
+    return rc;
+}
+
 static int mkdir_p(const char *dir) {
     char buf[TQ_PATH_MAX];
     snprintf(buf, sizeof buf, "%s", dir);
@@ -353,6 +425,19 @@ int tq_train(const tq_spec *sp, const tq_run_opts *o, tq_summary *sum) {
     if (!sum->state[0]) snprintf(sum->state, sizeof sum->state, "succeeded");
     if (model_path[0] && !strcmp(sum->state, "succeeded")) {
         if ((rc = tq_export_model(&r.e, model_path, err, sizeof err))) { fail(sum, "io_error", err); goto done; }
+    }
+    if (!strcmp(sum->state, "succeeded") && ds.test.n > 0) {
+        tq_eval_kind kinds[2] = {TQ_EVAL_PRUNED, TQ_EVAL_INT8};
+        int want[2] = {sp->prune_amount >= 0, sp->quantize_int8};
+        for (int k = 0; k < 2; k++) {
+            if (!want[k]) continue;
+            tq_eval_rec ev;
+            if ((rc = posttrain(&r, st.step, (int)((st.step - 1) / spe) + 1, kinds[k], &ev))) {
+                fail(sum, rc == TQ_ENOMEM ? "out_of_memory" : "backend_error", rc == TQ_ENOMEM ? "out of host memory" : be->err);
+                goto done;
+            }
+            if (o->cb.on_eval && (rc = o->cb.on_eval(o->cb.ctx, &ev))) { fail(sum, "io_error", "recording the evaluation failed"); goto done; }
+        }
     }
     sum->steps = st.step;
     sum->samples = st.step * sum->effective_batch;
