@@ -98,3 +98,31 @@ def test_failed_job_exit_1_with_error(trainq, tmp_path):
     assert r.returncode == 1
     s = json.loads(r.stdout)
     assert s["error"]["code"] == "memory_limit" and "max_memory_mb 100" in s["error"]["message"]
+
+
+def test_cifar10_binary_with_augmentation(trainq, tmp_path):
+    """A small CIFAR-10 in the binary format (label byte + 3072 CHW bytes per record): resnet20
+    trains on it with crop+flip (augment defaults to true for cifar10) and resumes."""
+    import random
+    rnd = random.Random(0)
+    d = tmp_path / "cifar"
+    d.mkdir()
+    for name, n in (("data_batch_1.bin", 256), ("test_batch.bin", 64)):
+        with open(d / name, "wb") as f:
+            for i in range(n):
+                label = i % 10
+                f.write(bytes([label]) + bytes(rnd.randrange(256) // (label + 1) for _ in range(3072)))
+    spec = {"model": "resnet20", "dataset": "cifar10", "data_dir": str(d), "batch_size": 32,
+            "steps": 4, "threads": 2, "device": "cpu", "checkpoint_every": 2}
+    r = run(trainq, tmp_path, spec, "--out", str(tmp_path / "out"))
+    assert r.returncode == 0, r.stderr
+    s = json.loads(r.stdout)
+    assert s["state"] == "succeeded" and s["steps"] == 4 and s["val_loss"] > 0
+    spec_json = json.loads((tmp_path / "spec.json").read_text())
+    assert spec_json["dataset"] == "cifar10"
+    # a missing test_batch.bin is a failed job naming the file
+    (d / "test_batch.bin").unlink()
+    r = run(trainq, tmp_path, spec)
+    assert r.returncode == 1
+    err = json.loads(r.stdout)["error"]
+    assert "test_batch.bin" in err["message"]
