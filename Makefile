@@ -72,3 +72,52 @@ clean:
 	rm -rf $(BUILD)
 
 -include $(LIB_OBJ:.o=.d) $(MAIN_OBJ:.o=.d)
+
+# ---- install / uninstall (systemd service) ----------------------------------------------
+#   make && sudo make install      binary, unit, config (kept if present), the trainq user
+#   sudo make uninstall            binary and unit; keeps /var/lib/trainq, the config, the user
+#   make install DESTDIR=/tmp/pkg  staged install for packaging: no user, no systemctl
+PREFIX     ?= /usr/local
+BINDIR     ?= $(PREFIX)/bin
+UNITDIR    ?= $(PREFIX)/lib/systemd/system
+DOCDIR     ?= $(PREFIX)/share/doc/trainq
+SYSCONFDIR ?= /etc
+STATEDIR   ?= /var/lib/trainq
+
+.PHONY: install uninstall
+install: $(BUILD)/trainq
+	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(UNITDIR) $(DESTDIR)$(DOCDIR) $(DESTDIR)$(SYSCONFDIR)/trainq
+	install -m 0755 $(BUILD)/trainq $(DESTDIR)$(BINDIR)/trainq
+	sed -e 's|/usr/local/bin/trainq|$(BINDIR)/trainq|' -e 's|/usr/local/share/doc/trainq|$(DOCDIR)|' \
+	    -e 's|/etc/trainq/|$(SYSCONFDIR)/trainq/|' systemd/trainq.service > $(DESTDIR)$(UNITDIR)/trainq.service
+	chmod 0644 $(DESTDIR)$(UNITDIR)/trainq.service
+	install -m 0644 README.md $(DESTDIR)$(DOCDIR)/README.md
+	@[ ! -f docs/api.md ] || install -m 0644 docs/api.md $(DESTDIR)$(DOCDIR)/api.md
+	install -m 0644 systemd/trainq.conf.example $(DESTDIR)$(SYSCONFDIR)/trainq/trainq.conf.example
+	@if [ -e $(DESTDIR)$(SYSCONFDIR)/trainq/trainq.conf ]; then \
+	    echo "install: keeping the existing $(DESTDIR)$(SYSCONFDIR)/trainq/trainq.conf"; \
+	else install -m 0644 systemd/trainq.conf.example $(DESTDIR)$(SYSCONFDIR)/trainq/trainq.conf; fi
+	@if [ -z "$(DESTDIR)" ]; then \
+	    if ! getent passwd trainq >/dev/null; then \
+	        echo "install: creating the system user trainq"; \
+	        useradd --system --user-group --home-dir $(STATEDIR) --no-create-home \
+	                --shell /usr/sbin/nologin --comment "trainq training daemon" trainq || exit 1; \
+	    fi; \
+	    for g in video render; do \
+	        if getent group $$g >/dev/null; then usermod -a -G $$g trainq || exit 1; fi; \
+	    done; \
+	    if [ -d /run/systemd/system ]; then systemctl daemon-reload; fi; \
+	    echo "install: done. Start it with: systemctl enable --now trainq; logs: journalctl -u trainq -f"; \
+	fi
+
+uninstall:
+	@if [ -z "$(DESTDIR)" ] && [ -d /run/systemd/system ] && \
+	    systemctl list-unit-files trainq.service >/dev/null 2>&1; then \
+	    systemctl disable --now trainq.service 2>/dev/null || true; \
+	fi
+	rm -f $(DESTDIR)$(BINDIR)/trainq $(DESTDIR)$(UNITDIR)/trainq.service
+	rm -rf $(DESTDIR)$(DOCDIR)
+	@if [ -z "$(DESTDIR)" ] && [ -d /run/systemd/system ]; then systemctl daemon-reload; fi
+	@echo "uninstall: kept the data in $(STATEDIR) (trainq.db, jobs/), the config in" \
+	      "$(SYSCONFDIR)/trainq/ and the user trainq; remove them with:" \
+	      "rm -rf $(STATEDIR) $(SYSCONFDIR)/trainq && userdel trainq"

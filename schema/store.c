@@ -2,6 +2,7 @@
  * step/eval writes. */
 #include "store.h"
 #include "migrations.h"
+#include "store_internal.h"
 
 #include <sqlite3.h>
 #include <stdarg.h>
@@ -9,23 +10,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-
-typedef struct {
-    int64_t job_id;
-    int is_eval;
-    union { tq_step_rec step; tq_eval_rec eval; } r;
-} pending_rec;
-
-struct tq_store {
-    sqlite3 *db;
-    sqlite3_stmt *begin, *commit, *rollback;
-    sqlite3_stmt *ins_job, *ins_step, *ins_eval, *finish;
-    pending_rec pending[TQ_STORE_BATCH];
-    int npending;
-    int64_t last_flush_ms;   /* monotonic */
-    int64_t commits;
-    char err[512];
-};
 
 static const char *const eval_kinds[] = { "eval", "pruned", "int8" };
 
@@ -213,6 +197,7 @@ static void destroy(tq_store *s) {
     sqlite3_stmt *all[] = { s->begin, s->commit, s->rollback, s->ins_job, s->ins_step,
                             s->ins_eval, s->finish };
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) sqlite3_finalize(all[i]);
+    for (size_t i = 0; i < sizeof s->qst / sizeof s->qst[0]; i++) sqlite3_finalize(s->qst[i]);
     sqlite3_close(s->db);   /* NULL is a no-op */
     free(s);
 }
@@ -436,4 +421,27 @@ int tq_store_add_eval(tq_store *s, int64_t job_id, const tq_eval_rec *r) {
     p->is_eval = 1;
     p->r.eval = *r;
     return after_add(s);
+}
+
+/* ---- for the other files of schema/ (store_internal.h) -------------------------------- */
+
+int tq__begin(tq_store *s) { return begin(s); }
+int tq__commit(tq_store *s) { return commit(s); }
+void tq__rollback(tq_store *s) { rollback(s); }
+int tq__sql_err(tq_store *s, const char *what) { return sql_err(s, what); }
+int64_t tq__now_ms(void) { return realtime_ms(); }
+int tq__set_err(tq_store *s, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(s->err, sizeof s->err, fmt, ap);
+    va_end(ap);
+    return TQ_STORE_ERR;
+}
+int tq__stmt(tq_store *s, int slot, const char *sql, sqlite3_stmt **out) {
+    if (slot < 0 || slot >= (int)(sizeof s->qst / sizeof s->qst[0])) return set_err(s, "statement slot %d", slot);
+    if (!s->qst[slot] && prepare(s, &s->qst[slot], sql)) return TQ_STORE_ERR;
+    sqlite3_reset(s->qst[slot]);
+    sqlite3_clear_bindings(s->qst[slot]);
+    *out = s->qst[slot];
+    return TQ_STORE_OK;
 }

@@ -1,0 +1,120 @@
+/* queue.h — the job queue on top of the store (store.h): submission, the atomic claim, reads
+ * for the API (jobs, steps, evals, events), cancel, delete, finish, requeue and the recovery
+ * of jobs left 'running' by a crash.
+ *
+ * Contract
+ * - Every function takes an open tq_store; the same threading rule holds (one thread at a
+ *   time per store; one store per thread or process). Every write is one BEGIN IMMEDIATE
+ *   transaction; reads that must agree (a job and its latest step, the events stream) run in
+ *   one read transaction (a snapshot under WAL).
+ * - Returns: TQ_STORE_OK (0) or a positive answer where documented; TQ_STORE_ENOJOB for an
+ *   unknown id; TQ_STORE_ECONFLICT when the job's state forbids the operation;
+ *   TQ_STORE_ERR with the message in tq_store_errmsg. Nothing here exits or prints.
+ * - Memory: a tq_job owns its spec/summary/error strings; release with tq_job_free (arrays of
+ *   jobs with tq_jobs_free). Record arrays are malloc'd; free() them.
+ * - attempts counts the times a job was started (claimed). A job found 'running' at startup
+ *   (the daemon or its worker died) goes back to 'queued', or to 'failed' with error.code
+ *   'worker_crashed' when attempts has reached max_attempts (default 3). A graceful stop
+ *   (SIGTERM) requeues without changing attempts: the interrupted start counts.
+ * - Each state change appends an event (type "state", data {"state":…,"attempts":…} plus
+ *   "error" when failed) that GET /v1/jobs/{id}/events streams.
+ * - Times are unix milliseconds; 0 means null. */
+#ifndef TQ_QUEUE_H
+#define TQ_QUEUE_H
+#include <stdint.h>
+#include "store.h"
+
+enum { TQ_STORE_ECONFLICT = -4 };
+
+typedef struct {
+    int64_t id;
+    char name[129];
+    char state[16];
+    char *spec;              /* JSON text, defaults filled in */
+    int priority;
+    char submission_id[129]; /* "" none */
+    int64_t created_at, started_at, finished_at;   /* 0: null */
+    int attempts, max_attempts;
+    char device[32];         /* "" null */
+    int64_t total_steps;     /* 0: unknown */
+    char *summary;           /* JSON text or NULL */
+    char error_code[32];     /* "" none */
+    char *error_message;     /* NULL none */
+    int64_t planned_peak_bytes;  /* < 0: unknown */
+    int cancel_requested;
+    int64_t queue_position;  /* 1 = next to run; 0 unless queued */
+    int has_latest;
+    tq_step_rec latest;      /* the last step record, when has_latest */
+} tq_job;
+
+void tq_job_free(tq_job *);
+void tq_jobs_free(tq_job *, int n);
+
+/* Inserts a queued job. With a submission_id that a job already has, inserts nothing and
+ * answers that job's id with *existed = 1 (the check and the insert are one transaction).
+ * planned_peak_bytes < 0: unknown. */
+int tq_queue_submit(tq_store *, const char *name, const char *spec_json, int priority,
+                    const char *submission_id, int64_t planned_peak_bytes, int64_t *id,
+                    int *existed);
+/* The id of the job holding submission_id: > 0, or 0 for none. */
+int64_t tq_queue_find_submission(tq_store *, const char *submission_id);
+
+/* Claims the next queued job (priority DESC, id) for `device` in one UPDATE … RETURNING:
+ * state 'running', started_at (first start kept), attempts + 1, cancel_requested 0.
+ * Returns 1 and fills *job (may be NULL: then only *id), 0 when the queue is empty. */
+int tq_queue_claim(tq_store *, const char *device, int64_t *id, tq_job *job);
+
+/* One job with its queue position and latest step. 1 found, 0 unknown. */
+int tq_queue_get(tq_store *, int64_t id, tq_job *job);
+/* Jobs newest first; state NULL for all; before > 0: only ids < before; limit 1…1000.
+ * *next = the id to pass as before for the next page, 0 when this is the last page. */
+int tq_queue_list(tq_store *, const char *state, int64_t before, int limit, tq_job **jobs,
+                  int *n, int64_t *next);
+/* 1-based position of a queued job (0 when not queued). */
+int64_t tq_queue_position(tq_store *, int64_t id);
+/* Jobs by state: counts[0..4] for queued, running, succeeded, failed, cancelled. */
+int tq_queue_counts(tq_store *, int64_t counts[5]);
+extern const char *const tq_queue_states[5];
+
+/* Step records with step > after, ascending, at most limit. TQ_STORE_ENOJOB unknown job. */
+int tq_queue_steps(tq_store *, int64_t id, int64_t after, int limit, tq_step_rec **out, int *n);
+/* Eval records ordered by step, kind; skipping the first `offset`. */
+int tq_queue_evals(tq_store *, int64_t id, int offset, tq_eval_rec **out, int *n);
+
+/* Cancel: a queued job becomes 'cancelled' at once; a running one gets cancel_requested = 1
+ * (the worker stops at its next step boundary); a finished one: TQ_STORE_ECONFLICT.
+ * *state receives the state before the call. */
+int tq_queue_cancel(tq_store *, int64_t id, char state[16]);
+/* 0, or 1 when a cancel was requested for the job, <0 error. */
+int tq_queue_cancel_requested(tq_store *, int64_t id);
+/* Deletes a finished job with its steps, evals and events (cascade); TQ_STORE_ECONFLICT when
+ * queued or running. */
+int tq_queue_delete(tq_store *, int64_t id);
+
+/* What the worker learns at start: total steps and the device name. */
+int tq_queue_set_progress(tq_store *, int64_t id, int64_t total_steps, const char *device);
+/* Records a durable checkpoint path. */
+int tq_queue_set_checkpoint(tq_store *, int64_t id, const char *path);
+
+/* Finalises a *running* job (flushes pending records first): state succeeded|failed|
+ * cancelled, finished_at now, summary, error. TQ_STORE_ECONFLICT when the job is not running
+ * (someone else finalised it), TQ_STORE_ENOJOB unknown. */
+int tq_queue_finish(tq_store *, int64_t id, const char *state, const char *summary_json,
+                    const char *error_code, const char *error_message);
+/* A running job back to 'queued' (graceful stop): attempts unchanged. ECONFLICT if not running. */
+int tq_queue_requeue(tq_store *, int64_t id);
+/* At startup: every 'running' job to 'queued', or 'failed' (worker_crashed) when attempts ≥
+ * max_attempts. Counts in *requeued / *failed (may be NULL). */
+int tq_queue_recover(tq_store *, int *requeued, int *failed);
+
+/* Events: append one (data JSON text or NULL), read those with id > after (ascending, ≤ limit).
+ * ids[i], types[i] (≤ 15 chars), datas[i] (malloc'd, may be NULL). */
+int tq_queue_event(tq_store *, int64_t job_id, const char *type, const char *data_json);
+typedef struct { int64_t id, time; char type[16]; char *data; } tq_event;
+int tq_queue_events(tq_store *, int64_t job_id, int64_t after, int limit, tq_event **out, int *n);
+void tq_events_free(tq_event *, int n);
+
+/* Runs fn inside one read transaction (a consistent snapshot of several reads). */
+int tq_queue_snapshot(tq_store *, int (*fn)(tq_store *, void *), void *ctx);
+
+#endif

@@ -1,0 +1,37 @@
+/* store_internal.h — the store's insides, shared by the files of schema/ only (store.c,
+ * queue.c). Nothing outside schema/ includes this. */
+#ifndef TQ_STORE_INTERNAL_H
+#define TQ_STORE_INTERNAL_H
+#include "store.h"
+#include <sqlite3.h>
+
+typedef struct {
+    int64_t job_id;
+    int is_eval;
+    union { tq_step_rec step; tq_eval_rec eval; } r;
+} pending_rec;
+
+struct tq_store {
+    sqlite3 *db;
+    sqlite3_stmt *begin, *commit, *rollback;
+    sqlite3_stmt *ins_job, *ins_step, *ins_eval, *finish;
+    sqlite3_stmt *qst[48];   /* queue.c's statements, prepared on first use (tq__stmt) */
+    pending_rec pending[TQ_STORE_BATCH];
+    int npending;
+    int64_t last_flush_ms;   /* monotonic */
+    int64_t commits;
+    char err[512];
+};
+
+int tq__begin(tq_store *);      /* BEGIN IMMEDIATE */
+int tq__commit(tq_store *);     /* rolls back when the commit fails */
+void tq__rollback(tq_store *);  /* no-op outside a transaction */
+int tq__sql_err(tq_store *, const char *what);   /* returns TQ_STORE_ERR */
+#if defined(__GNUC__)
+__attribute__((format(printf, 2, 3)))
+#endif
+int tq__set_err(tq_store *, const char *fmt, ...);
+int64_t tq__now_ms(void);       /* unix ms */
+/* The statement of `slot` (prepared from `sql` on first use, persistent), reset and unbound. */
+int tq__stmt(tq_store *, int slot, const char *sql, sqlite3_stmt **out);
+#endif
