@@ -10,7 +10,7 @@ OPT     ?= -O2
 CFLAGS  ?= $(OPT) -g
 CFLAGS  += -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wno-unused-parameter -Wshadow \
            -fopenmp -march=x86-64-v2 -mtune=native -I. -Ikernels -Itrain
-LDLIBS  += -lopenblas -lsqlite3 -lcjson -lz -lm -lpthread -fopenmp
+LDLIBS  += -lopenblas -lsqlite3 -lcjson -lmicrohttpd -lz -lm -lpthread -fopenmp
 PYTHON  ?= /usr/bin/python3
 
 CUDA ?= 0
@@ -18,7 +18,7 @@ ifeq ($(CUDA),1)
   $(error CUDA=1: the CUDA backend is not part of this build yet (see the CUDA backend issue))
 endif
 
-LIB_SRC  := $(wildcard kernels/cpu/*.c) $(wildcard train/*.c) $(wildcard schema/*.c)
+LIB_SRC  := $(wildcard kernels/cpu/*.c) $(wildcard train/*.c) $(wildcard schema/*.c) $(wildcard api/*.c)
 MAIN_SRC := $(wildcard daemon/*.c)
 TEST_SRC := $(wildcard tests/unit/test_*.c)
 

@@ -1,9 +1,10 @@
-/* main.c — the trainq command line: run, plan, devices, version (CONTRACT.md). */
+/* main.c — the trainq command line: run, plan, devices, version, serve, worker (CONTRACT.md). */
 #include "trainer.h"
 #include "report.h"
 #include "spec.h"
 #include "../schema/store.h"
 #include "util.h"
+#include "daemon.h"
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <signal.h>
@@ -19,7 +20,9 @@ static void usage(FILE *f) {
         "usage: trainq run SPEC.json [--db PATH] [--out DIR] [--resume] [--quiet]\n"
         "       trainq plan SPEC.json\n"
         "       trainq devices\n"
-        "       trainq version\n");
+        "       trainq version\n"
+        "       trainq serve [--db PATH] [--listen HOST:PORT] [--devices auto|cpu] [--config FILE]\n"
+        "       trainq worker --db PATH --job ID   (internal: started by serve)\n");
 }
 
 static char *read_file(const char *path, char *err, size_t errlen) {
@@ -207,6 +210,8 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "run")) return cmd_run(argc - 2, argv + 2);
     if (!strcmp(cmd, "plan")) return cmd_plan(argc - 2, argv + 2);
     if (!strcmp(cmd, "devices")) return cmd_devices();
+    if (!strcmp(cmd, "serve")) return tq_cmd_serve(argc - 2, argv + 2);
+    if (!strcmp(cmd, "worker")) return tq_cmd_worker(argc - 2, argv + 2);
     if (!strcmp(cmd, "version") || !strcmp(cmd, "--version")) { printf("trainq %s\n", TQ_VERSION); return 0; }
     if (!strcmp(cmd, "help") || !strcmp(cmd, "--help") || !strcmp(cmd, "-h")) { usage(stdout); return 0; }
     fprintf(stderr, "trainq: unknown command \"%s\"\n", cmd);

@@ -14,7 +14,7 @@ enum {
     Q_FIND_SUB, Q_INSERT, Q_CLAIM, Q_GET, Q_LIST_ALL, Q_LIST_STATE, Q_POS, Q_COUNTS, Q_STEPS,
     Q_EVALS, Q_STATE, Q_CANCEL_QUEUED, Q_CANCEL_RUNNING, Q_CANCEL_FLAG, Q_DELETE, Q_PROGRESS,
     Q_CKPT, Q_FINISH, Q_REQUEUE, Q_RECOVER_FAIL, Q_RECOVER_QUEUE, Q_EVENT, Q_EVENT_STATE,
-    Q_EVENTS, Q_RECOVER_LIST, Q_BEGIN_READ, Q_END_READ, Q_EXISTS,
+    Q_EVENTS, Q_RECOVER_LIST, Q_BEGIN_READ, Q_END_READ, Q_EXISTS, Q_TOMBSTONE,
 };
 
 /* The job columns, then its queue position, then the latest step's columns. */
@@ -189,8 +189,9 @@ int tq_queue_submit(tq_store *s, const char *name, const char *spec_json, int pr
     }
     sqlite3_stmt *st;
     if (tq__stmt(s, Q_INSERT,
-                 "INSERT INTO jobs (name, state, spec, priority, submission_id, created_at, "
-                 "planned_peak_bytes) VALUES (?1, 'queued', ?2, ?3, ?4, ?5, ?6)", &st))
+                 "INSERT INTO jobs (id, name, state, spec, priority, submission_id, created_at, "
+                 "planned_peak_bytes) VALUES (" TQ_NEXT_JOB_ID ", ?1, 'queued', ?2, ?3, ?4, ?5, ?6)",
+                 &st))
         goto fail;
     sqlite3_bind_text(st, 1, name ? name : "", -1, SQLITE_TRANSIENT);
     sqlite3_bind_text(st, 2, spec_json, -1, SQLITE_TRANSIENT);
@@ -462,6 +463,13 @@ int tq_queue_delete(tq_store *s, int64_t id) {
     sqlite3_stmt *st;
     if (tq__stmt(s, Q_DELETE, "DELETE FROM jobs WHERE id = ?1", &st)) goto fail;
     sqlite3_bind_int64(st, 1, id);
+    if (done(s, st, "delete")) goto fail;
+    /* a tombstone that outlives the cascade: ids are never reused (TQ_NEXT_JOB_ID) */
+    if (tq__stmt(s, Q_TOMBSTONE, "INSERT INTO events (job_id, time, type, data) VALUES "
+                 "(NULL, ?2, 'deleted', json_object('job', ?1))", &st))
+        goto fail;
+    sqlite3_bind_int64(st, 1, id);
+    sqlite3_bind_int64(st, 2, tq__now_ms());
     if (done(s, st, "delete")) goto fail;
     return tq__commit(s);
 fail:

@@ -88,7 +88,8 @@ int tq_queue_cancel(tq_store *, int64_t id, char state[16]);
 /* 0, or 1 when a cancel was requested for the job, <0 error. */
 int tq_queue_cancel_requested(tq_store *, int64_t id);
 /* Deletes a finished job with its steps, evals and events (cascade); TQ_STORE_ECONFLICT when
- * queued or running. */
+ * queued or running. Leaves an event {type 'deleted', job_id NULL, data {"job":id}} so that
+ * the id is never given to another job. */
 int tq_queue_delete(tq_store *, int64_t id);
 
 /* What the worker learns at start: total steps and the device name. */

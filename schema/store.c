@@ -175,8 +175,8 @@ static int setup(tq_store *s, const char *path) {
     sqlite3_commit_hook(s->db, commit_hook, s);
     if (migrate(s)) return TQ_STORE_ERR;
     if (prepare(s, &s->ins_job,
-                "INSERT INTO jobs (name, state, spec, priority, submission_id, created_at, "
-                "started_at, attempts) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)") ||
+                "INSERT INTO jobs (id, name, state, spec, priority, submission_id, created_at, "
+                "started_at, attempts) VALUES (" TQ_NEXT_JOB_ID ", ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)") ||
         prepare(s, &s->ins_step,
                 "INSERT OR IGNORE INTO steps (job_id, step, epoch, loss, lr, loss_scale, skipped, "
                 "step_ms, samples_per_s, mem_allocated_bytes, mem_peak_bytes, "

@@ -23,6 +23,12 @@ struct tq_store {
     char err[512];
 };
 
+/* The id for a new job: never one a deleted job had (tq_queue_delete leaves a 'deleted' event
+ * with job_id NULL, which the cascade does not remove). */
+#define TQ_NEXT_JOB_ID                                                                       \
+    "(SELECT max(coalesce((SELECT max(id) FROM jobs), 0), coalesce((SELECT "                \
+    "max(json_extract(data, '$.job')) FROM events WHERE job_id IS NULL AND type = 'deleted'), 0)) + 1)"
+
 int tq__begin(tq_store *);      /* BEGIN IMMEDIATE */
 int tq__commit(tq_store *);     /* rolls back when the commit fails */
 void tq__rollback(tq_store *);  /* no-op outside a transaction */

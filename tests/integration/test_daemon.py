@@ -129,7 +129,7 @@ def wait_until(pred, timeout, what, interval=0.05):
 
 
 class Daemon:
-    def __init__(self, state_dir, env=None, devices="cpu"):
+    def __init__(self, state_dir, env=None, devices="cpu", args=()):
         self.dir = Path(state_dir)
         self.dir.mkdir(parents=True, exist_ok=True)
         self.db = self.dir / "trainq.db"
@@ -137,6 +137,7 @@ class Daemon:
                 if k not in ("NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID", "LISTEN_FDS")}
         self.env = dict(base, **(env or {}))
         self.devices = devices
+        self.args = list(args)
         self.proc = None
         self.port = None
         self.logs = []
@@ -150,7 +151,7 @@ class Daemon:
             with open(log, "wb") as f:
                 self.proc = subprocess.Popen(
                     [str(TRAINQ), "serve", "--db", str(self.db),
-                     "--listen", "127.0.0.1:%d" % self.port, "--devices", self.devices],
+                     "--listen", "127.0.0.1:%d" % self.port, "--devices", self.devices] + self.args,
                     stdin=subprocess.DEVNULL, stdout=f, stderr=subprocess.STDOUT,
                     env=self.env, cwd=str(self.dir), start_new_session=True)
             deadline = time.monotonic() + timeout
@@ -315,8 +316,8 @@ def make_daemon(tmp_path):
     daemon still running gets SIGTERM and must exit 0; workers left behind are killed."""
     made = []
 
-    def make(state_dir=None, env=None):
-        d = Daemon(state_dir or tmp_path / "state", env=env)
+    def make(state_dir=None, env=None, args=()):
+        d = Daemon(state_dir or tmp_path / "state", env=env, args=args)
         made.append(d)
         return d.start()
 
@@ -418,6 +419,13 @@ def test_healthz_devices_metrics(daemon):
     check_prometheus(r.body.decode())
 
 
+def test_config_example_is_accepted(make_daemon):
+    """systemd/trainq.conf.example, as `make install` ships it, parses (the command line's
+    --listen and --devices win over its values)."""
+    d = make_daemon(args=["--config", str(REPO / "systemd" / "trainq.conf.example")])
+    assert d.get("/healthz")["status"] == "ok"
+
+
 # ---------------------------------------------------------------- the life of a job
 def test_submit_run_succeed_steps_csv_and_database(daemon):
     spec = medium(steps=40, eval_every=20, name="walk-through")
@@ -494,6 +502,8 @@ def test_submit_run_succeed_steps_csv_and_database(daemon):
                     assert d[k] == j[k]
                 else:
                     assert abs(parse_time(j[k]).timestamp() * 1000 - d[k]) < 1000, (d[k], j[k])
+            elif isinstance(d[k], float):   # JSON keeps >= 15 significant digits (cJSON)
+                assert j[k] == pytest.approx(d[k], rel=1e-13, abs=0), (k, d[k], j[k])
             else:
                 assert d[k] == j[k], (k, d[k], j[k])
 
@@ -502,8 +512,11 @@ def test_submit_run_succeed_steps_csv_and_database(daemon):
     for e in evals:
         assert set(EVAL_FIELDS) <= set(e) and e["kind"] == "eval" and e["samples"] == 64
     db_evals = daemon.query("select * from evals where job_id = ? order by step, kind", (jid,))
-    assert [(e["step"], e["kind"], e["loss"], e["accuracy"], e["samples"]) for e in db_evals] == \
-        [(e["step"], e["kind"], e["loss"], e["accuracy"], e["samples"]) for e in evals]
+    assert [(e["step"], e["kind"], e["samples"]) for e in db_evals] == \
+        [(e["step"], e["kind"], e["samples"]) for e in evals]
+    for d, j in zip(db_evals, evals):
+        assert j["loss"] == pytest.approx(d["loss"], rel=1e-13, abs=0)
+        assert j["accuracy"] == pytest.approx(d["accuracy"], rel=1e-13, abs=0)
     assert summary["val_loss"] == evals[-1]["loss"]
 
     (row,) = daemon.query("select * from jobs where id = ?", (jid,))
@@ -744,14 +757,17 @@ def test_kill9_daemon_and_worker_then_resume(make_daemon, tmp_path):
     got = job["summary"]
     for k in ("final_loss", "val_loss", "val_accuracy", "steps", "samples"):
         assert got[k] == want[k], (k, got[k], want[k])
+    # bit-identical numbers, database against database (JSON rounds to 15+ digits)
     ref_db = sqlite3.connect(str(tmp_path / "ref.db"))
     ref_losses = [r[0] for r in ref_db.execute("select loss from steps order by step")]
     ref_evals = ref_db.execute("select step, kind, loss, accuracy from evals "
                                "order by step, kind").fetchall()
     ref_db.close()
-    assert [s["loss"] for s in steps] == ref_losses
-    evals = d2.get("/v1/jobs/%d/evals" % jid)["evals"]
-    assert [(e["step"], e["kind"], e["loss"], e["accuracy"]) for e in evals] == ref_evals
+    assert [r["loss"] for r in d2.query("select loss from steps where job_id = ? order by step",
+                                        (jid,))] == ref_losses
+    assert [tuple(r.values()) for r in d2.query("select step, kind, loss, accuracy from evals "
+                                                "where job_id = ? order by step, kind", (jid,))] \
+        == ref_evals
 
 
 def test_worker_killed_by_signal(daemon):
@@ -875,6 +891,8 @@ def test_bad_input_battery(daemon):
         ("GET", J + "/steps?after=-1", None, {}, 400, None),
         ("GET", J + "/steps?limit=abc", None, {}, 400, None),
         ("GET", J + "/steps?format=xml", None, {}, 400, None),
+        ("GET", "/v1/jobs?sate=queued", None, {}, 400, None),           # unknown parameter
+        ("GET", J + "/steps?afterr=3", None, {}, 400, None),
         # unsupported methods on existing routes
         ("PUT", "/v1/jobs", ok_body, jsonh, 405, None),
         ("DELETE", "/v1/jobs", None, {}, 405, None),

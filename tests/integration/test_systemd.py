@@ -71,7 +71,7 @@ def test_config_example_is_key_value_lines():
         assert "=" in s, "line %d is not KEY=VALUE: %r" % (n, line)
         k, _, v = s.partition("=")
         keys[k.strip()] = v.strip()
-    assert set(keys) <= {"listen", "devices", "db"}
+    assert set(keys) <= {"listen", "devices", "db", "allowed_hosts", "threads"}
     assert keys["listen"] == "127.0.0.1:8470" and keys["devices"] == "auto"
 
 
@@ -101,3 +101,35 @@ def test_verify_would_catch_mistakes(tmp_path, trainq):
     r = subprocess.run(["systemd-analyze", "verify", str(bad)], stdout=subprocess.PIPE,
                        stderr=subprocess.STDOUT, text=True, timeout=60)
     assert "NoSuchKey" in r.stdout
+
+
+def test_make_install_staged(tmp_path):
+    """`make install DESTDIR=... PREFIX=...` (what a package build does): binary, unit with
+    ExecStart following PREFIX, config installed once and then kept; uninstall removes the
+    binary and the unit and keeps the config. No user is created and systemctl is not run
+    with a DESTDIR."""
+    if shutil.which("make") is None:
+        pytest.skip("make is not installed")
+    dest = tmp_path / "pkg"
+    mk = ["make", "-s", "-C", str(REPO), "DESTDIR=%s" % dest, "PREFIX=/opt/tq"]
+    r = subprocess.run(mk + ["install"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                       text=True, timeout=600)
+    assert r.returncode == 0, r.stdout
+    binary = dest / "opt/tq/bin/trainq"
+    unit = dest / "opt/tq/lib/systemd/system/trainq.service"
+    conf = dest / "etc/trainq/trainq.conf"
+    assert binary.is_file() and os.access(binary, os.X_OK)
+    assert (unit.stat().st_mode & 0o777) == 0o644
+    assert "ExecStart=/opt/tq/bin/trainq serve " in unit.read_text()
+    assert INSTALLED_BIN not in unit.read_text()
+    assert conf.read_text() == CONF.read_text()
+    conf.write_text("listen=127.0.0.1:9999\n")            # the admin's edit survives
+    r = subprocess.run(mk + ["install"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                       text=True, timeout=600)
+    assert r.returncode == 0 and "keeping" in r.stdout, r.stdout
+    assert conf.read_text() == "listen=127.0.0.1:9999\n"
+    r = subprocess.run(mk + ["uninstall"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                       text=True, timeout=120)
+    assert r.returncode == 0, r.stdout
+    assert not binary.exists() and not unit.exists() and conf.exists()
+    assert "/var/lib/trainq" in r.stdout                  # says what it kept

@@ -1,0 +1,33 @@
+/* api.h — trainq's HTTP/JSON API (CONTRACT.md "HTTP API") on libmicrohttpd.
+ *
+ * Contract
+ * - tq_api_start listens on cfg->host:cfg->port with an internal polling thread pool and
+ *   returns at once; tq_api_stop stops accepting, ends the event streams and joins the
+ *   threads. Both are called from one thread (the daemon's main thread).
+ * - Handlers read and write the queue through schema/queue.h, each pool thread with its own
+ *   store (SQLite connection, synchronous=FULL so that a 201 is durable). The API never
+ *   touches a device; it plans a submitted spec (trainer.h's tq_plan_spec, which reads the
+ *   dataset's files) to refuse a job that cannot fit (422), caching plans per shape.
+ * - Errors are answered as {"error":{"code","message","field"?}} with the contract's status;
+ *   nothing here exits; a bad request never harms the daemon or the queue.
+ * - Memory: the tq_api owns everything it allocates; cfg's strings are copied. */
+#ifndef TQ_API_H
+#define TQ_API_H
+#include <stddef.h>
+
+typedef struct {
+    const char *host;            /* listen address: "127.0.0.1", "::1", "0.0.0.0", "localhost" */
+    unsigned short port;
+    const char *db_path;
+    const char *jobs_dir;        /* <state dir>/jobs: a job's files are jobs_dir/<id>/ */
+    const char *devices;         /* "cpu" (what /v1/devices lists) */
+    const char *allowed_hosts;   /* extra Host names, comma-separated; NULL none */
+    unsigned threads;            /* pool size, 0: 4 */
+    size_t max_body;             /* bytes, 0: 64 KiB */
+} tq_api_config;
+
+typedef struct tq_api tq_api;
+
+tq_api *tq_api_start(const tq_api_config *cfg, char *err, size_t errlen);
+void tq_api_stop(tq_api *);
+#endif

@@ -1,0 +1,93 @@
+/* internal.h — what the files of api/ share: the request context, the route handlers, the
+ * response helpers, the job renderer and the event streams. Not included outside api/. */
+#ifndef TQ_API_INTERNAL_H
+#define TQ_API_INTERNAL_H
+#include "api.h"
+#include "../schema/queue.h"
+#include <cjson/cJSON.h>
+#include <microhttpd.h>
+#include <pthread.h>
+#include <stdint.h>
+
+#define TQ_API_MAX_QUERY 16
+
+typedef struct tq_sse tq_sse;
+
+struct tq_api {
+    struct MHD_Daemon *mhd;
+    char *host, *db_path, *jobs_dir, *devices, *allowed_hosts;
+    unsigned short port;
+    size_t max_body;
+    pthread_key_t store_key;     /* each pool thread's tq_store */
+    /* event streams */
+    pthread_mutex_t sse_mu;
+    tq_sse *sse_list;
+    pthread_t ticker;
+    int ticker_started;
+    volatile int stopping;
+    /* plan cache */
+    pthread_mutex_t plan_mu;
+    struct { char key[1400]; long long total, data; int used; unsigned stamp; } plans[16];
+    unsigned plan_clock;
+};
+
+/* per-request state: made on the first callback, freed in the completed callback */
+typedef struct {
+    int started;
+    char *body;
+    size_t len, cap;
+    int too_large;
+    tq_sse *sse;          /* an event stream's state, when the request became one */
+} tq_req;
+
+typedef struct {
+    tq_api *api;
+    struct MHD_Connection *conn;
+    tq_req *req;
+    const char *method;
+    int64_t id;           /* the {id} of the path, when it has one */
+    int nq;
+    const char *qk[TQ_API_MAX_QUERY], *qv[TQ_API_MAX_QUERY];
+} tq_ctx;
+
+typedef enum MHD_Result (*tq_handler)(tq_ctx *);
+
+/* http.c */
+tq_store *tq_api_store(tq_ctx *);   /* NULL: the error was answered? no: caller answers 503 */
+enum MHD_Result tq_send_json(tq_ctx *, unsigned status, cJSON *body);   /* takes body */
+enum MHD_Result tq_send_text(tq_ctx *, unsigned status, const char *ctype, char *text, size_t n); /* takes text */
+enum MHD_Result tq_send_error(tq_ctx *, unsigned status, const char *code, const char *field,
+                              const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+enum MHD_Result tq_send_store_error(tq_ctx *, tq_store *, int rc);
+/* query parameters: checks that every key is in allowed (NULL-terminated) and none repeats;
+ * answers 400 itself and returns 0 otherwise */
+int tq_query_check(tq_ctx *, const char *const *allowed, enum MHD_Result *answered);
+const char *tq_query(tq_ctx *, const char *key);
+/* parse an integer parameter in [lo, hi]; 0 ok, else answered 400 */
+int tq_query_int(tq_ctx *, const char *key, long long lo, long long hi, long long *out,
+                 enum MHD_Result *answered);
+
+/* render.c */
+cJSON *tq_job_json(const tq_job *);
+void tq_rfc3339(int64_t ms, char out[32]);
+char *tq_steps_csv(const tq_step_rec *v, int n, size_t *len);   /* malloc'd */
+
+/* handlers.c */
+enum MHD_Result tq_h_submit(tq_ctx *);
+enum MHD_Result tq_h_list(tq_ctx *);
+enum MHD_Result tq_h_get(tq_ctx *);
+enum MHD_Result tq_h_delete(tq_ctx *);
+enum MHD_Result tq_h_steps(tq_ctx *);
+enum MHD_Result tq_h_evals(tq_ctx *);
+enum MHD_Result tq_h_cancel(tq_ctx *);
+enum MHD_Result tq_h_model(tq_ctx *);
+enum MHD_Result tq_h_devices(tq_ctx *);
+enum MHD_Result tq_h_health(tq_ctx *);
+enum MHD_Result tq_h_metrics(tq_ctx *);
+
+/* sse.c */
+enum MHD_Result tq_h_events(tq_ctx *);
+int tq_sse_start(tq_api *);         /* the ticker that resumes suspended streams */
+void tq_sse_stop(tq_api *);         /* ends every stream (before MHD_stop_daemon) */
+void tq_sse_free(tq_api *, tq_sse *);   /* from the completed callback */
+#endif

@@ -1,0 +1,139 @@
+/* render.c — the job object of CONTRACT.md as cJSON, RFC 3339 times, steps as CSV. */
+#include "internal.h"
+#include "report.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+void tq_rfc3339(int64_t ms, char out[32]) {
+    time_t t = (time_t)(ms / 1000);
+    struct tm tm;
+    gmtime_r(&t, &tm);
+    char base[24];
+    strftime(base, sizeof base, "%Y-%m-%dT%H:%M:%S", &tm);
+    snprintf(out, 32, "%s.%03dZ", base, (int)(ms % 1000));
+}
+
+static void add_time(cJSON *o, const char *k, int64_t ms) {
+    if (ms <= 0) { cJSON_AddNullToObject(o, k); return; }
+    char b[32];
+    tq_rfc3339(ms, b);
+    cJSON_AddStringToObject(o, k, b);
+}
+
+static cJSON *parse_or_null(const char *text) {
+    cJSON *v = text ? cJSON_Parse(text) : NULL;
+    return v ? v : cJSON_CreateNull();
+}
+
+cJSON *tq_job_json(const tq_job *j) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "id", (double)j->id);
+    cJSON_AddStringToObject(o, "name", j->name);
+    cJSON_AddStringToObject(o, "state", j->state);
+    cJSON *spec = parse_or_null(j->spec);
+    cJSON_AddItemToObject(o, "spec", spec);
+    cJSON_AddNumberToObject(o, "priority", j->priority);
+    if (j->submission_id[0]) cJSON_AddStringToObject(o, "submission_id", j->submission_id);
+    else cJSON_AddNullToObject(o, "submission_id");
+    add_time(o, "created_at", j->created_at);
+    add_time(o, "started_at", j->started_at);
+    add_time(o, "finished_at", j->finished_at);
+    if (!strcmp(j->state, "queued") && j->queue_position > 0)
+        cJSON_AddNumberToObject(o, "queue_position", (double)j->queue_position);
+    else
+        cJSON_AddNullToObject(o, "queue_position");
+    cJSON_AddNumberToObject(o, "attempts", j->attempts);
+    cJSON_AddNumberToObject(o, "max_attempts", j->max_attempts);
+    if (j->device[0]) cJSON_AddStringToObject(o, "device", j->device);
+    else cJSON_AddNullToObject(o, "device");
+
+    cJSON *p = cJSON_AddObjectToObject(o, "progress");
+    cJSON_AddNumberToObject(p, "step", j->has_latest ? (double)j->latest.step : 0);
+    int64_t total = j->total_steps;
+    if (total <= 0) {   /* before the worker knows it: the spec's steps, when given */
+        const cJSON *s = cJSON_GetObjectItemCaseSensitive(spec, "steps");
+        if (cJSON_IsNumber(s) && s->valuedouble >= 1) total = (int64_t)s->valuedouble;
+    }
+    if (total > 0) cJSON_AddNumberToObject(p, "total_steps", (double)total);
+    else cJSON_AddNullToObject(p, "total_steps");
+    cJSON_AddNumberToObject(p, "epoch", j->has_latest ? j->latest.epoch : 0);
+
+    if (j->has_latest) cJSON_AddItemToObject(o, "latest", tq_step_json(&j->latest));
+    else cJSON_AddNullToObject(o, "latest");
+    cJSON_AddItemToObject(o, "summary", parse_or_null(j->summary));
+    if (j->error_code[0]) {
+        cJSON *e = cJSON_AddObjectToObject(o, "error");
+        cJSON_AddStringToObject(e, "code", j->error_code);
+        cJSON_AddStringToObject(e, "message", j->error_message ? j->error_message : "");
+    } else {
+        cJSON_AddNullToObject(o, "error");
+    }
+    if (j->planned_peak_bytes >= 0) cJSON_AddNumberToObject(o, "planned_peak_bytes", (double)j->planned_peak_bytes);
+    else cJSON_AddNullToObject(o, "planned_peak_bytes");
+    cJSON_AddBoolToObject(o, "cancel_requested", j->cancel_requested);
+    return o;
+}
+
+/* ---- CSV ------------------------------------------------------------------------------ */
+
+typedef struct { char *p; size_t n, cap; int oom; } sbuf;
+
+static void put(sbuf *b, const char *s, size_t n) {
+    if (b->oom) return;
+    if (b->n + n + 1 > b->cap) {
+        size_t nc = b->cap ? b->cap * 2 : 8192;
+        while (nc < b->n + n + 1) nc *= 2;
+        char *np = realloc(b->p, nc);
+        if (!np) { b->oom = 1; return; }
+        b->p = np; b->cap = nc;
+    }
+    memcpy(b->p + b->n, s, n);
+    b->n += n;
+    b->p[b->n] = 0;
+}
+
+/* shortest of %.15g / %.17g that reads back exactly (cJSON's rule); empty for null */
+static void put_double(sbuf *b, double v, int is_null) {
+    char t[40] = "";
+    if (!is_null && isfinite(v)) {
+        snprintf(t, sizeof t, "%.15g", v);
+        if (strtod(t, NULL) != v) snprintf(t, sizeof t, "%.17g", v);
+    }
+    put(b, t, strlen(t));
+}
+static void put_int(sbuf *b, long long v, int is_null) {
+    char t[32] = "";
+    if (!is_null) snprintf(t, sizeof t, "%lld", v);
+    put(b, t, strlen(t));
+}
+
+char *tq_steps_csv(const tq_step_rec *v, int n, size_t *len) {
+    sbuf b = {0};
+    static const char header[] = "step,epoch,loss,lr,loss_scale,skipped,step_ms,samples_per_s,"
+                                 "mem_allocated_bytes,mem_peak_bytes,mem_reserved_bytes,"
+                                 "device_used_bytes,time\n";
+    put(&b, header, sizeof header - 1);
+    for (int i = 0; i < n; i++) {
+        const tq_step_rec *r = &v[i];
+        put_int(&b, r->step, 0); put(&b, ",", 1);
+        put_int(&b, r->epoch, 0); put(&b, ",", 1);
+        put_double(&b, r->loss, 0); put(&b, ",", 1);
+        put_double(&b, r->lr, 0); put(&b, ",", 1);
+        put_double(&b, r->loss_scale, r->loss_scale < 0); put(&b, ",", 1);
+        put_int(&b, r->skipped ? 1 : 0, 0); put(&b, ",", 1);
+        put_double(&b, r->step_ms, 0); put(&b, ",", 1);
+        put_double(&b, r->samples_per_s, 0); put(&b, ",", 1);
+        put_int(&b, r->mem_allocated_bytes, 0); put(&b, ",", 1);
+        put_int(&b, r->mem_peak_bytes, 0); put(&b, ",", 1);
+        put_int(&b, r->mem_reserved_bytes, 0); put(&b, ",", 1);
+        put_int(&b, r->device_used_bytes, r->device_used_bytes < 0); put(&b, ",", 1);
+        put_int(&b, r->time_ms, 0); put(&b, "\n", 1);
+    }
+    if (b.oom) { free(b.p); return NULL; }
+    *len = b.n;
+    return b.p;
+}

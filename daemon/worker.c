@@ -1,0 +1,182 @@
+/* worker.c — `trainq worker --db PATH --job ID`: runs one claimed job in its own process.
+ *
+ * Reads the job's spec from the database, trains with out_dir = <db's directory>/jobs/<ID>
+ * and resume on (a requeued job continues from its checkpoint with the same data order;
+ * steps already recorded are kept: INSERT OR IGNORE), writes steps/evals in batches, makes
+ * the records up to a checkpoint durable before the checkpoint is taken, polls the job's
+ * cancel_requested flag at most every CANCEL_POLL_MS, and on SIGTERM checkpoints and exits
+ * TQ_WORKER_REQUEUE for the supervisor to requeue the job. SIGINT is ignored (a Ctrl-C on
+ * the daemon's terminal reaches the whole process group; the supervisor decides). On the
+ * end it finalises the job row (state, summary, error) and exits with daemon.h's status. */
+#include "daemon.h"
+#include "report.h"
+#include "spec.h"
+#include "trainer.h"
+#include "util.h"
+#include "../schema/queue.h"
+
+#include <cjson/cJSON.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define CANCEL_POLL_MS 200
+
+static volatile sig_atomic_t g_term;
+static void on_term(int sig) { (void)sig; g_term = 1; }
+
+typedef struct {
+    tq_store *db;
+    int64_t job;
+    int64_t checkpoint_every;
+    int progress_set;
+    double last_poll;
+    int cancel;
+} wctx;
+
+static int w_step(void *ctx, const tq_step_rec *r) {
+    wctx *w = ctx;
+    if (!w->progress_set) {
+        w->progress_set = 1;
+        if (tq_queue_set_progress(w->db, w->job, r->total_steps, "cpu"))
+            fprintf(stderr, "trainq worker: job %lld: %s\n", (long long)w->job, tq_store_errmsg(w->db));
+    }
+    if (tq_store_add_step(w->db, w->job, r)) goto fail;
+    /* the trainer checkpoints after this step: its records must be durable first */
+    if ((w->checkpoint_every > 0 && r->step % w->checkpoint_every == 0) || r->step == r->total_steps)
+        if (tq_store_flush(w->db)) goto fail;
+    return 0;
+fail:
+    fprintf(stderr, "trainq worker: job %lld: database: %s\n", (long long)w->job, tq_store_errmsg(w->db));
+    return -1;
+}
+
+static int w_eval(void *ctx, const tq_eval_rec *r) {
+    wctx *w = ctx;
+    if (tq_store_add_eval(w->db, w->job, r) || tq_store_flush(w->db)) {
+        fprintf(stderr, "trainq worker: job %lld: database: %s\n", (long long)w->job, tq_store_errmsg(w->db));
+        return -1;
+    }
+    return 0;
+}
+
+static int w_stop(void *ctx) {
+    wctx *w = ctx;
+    int stop = 0;
+    if (g_term) stop = 2;
+    else if (w->cancel) stop = 1;
+    else {
+        double now = tq_mono_ms();
+        if (now - w->last_poll >= CANCEL_POLL_MS) {
+            w->last_poll = now;
+            int c = tq_queue_cancel_requested(w->db, w->job);
+            if (c == 1) { w->cancel = 1; stop = 1; }
+        }
+    }
+    /* a stop is followed by a checkpoint: make the records durable before it */
+    if (stop && tq_store_flush(w->db))
+        fprintf(stderr, "trainq worker: job %lld: database: %s\n", (long long)w->job, tq_store_errmsg(w->db));
+    return stop;
+}
+
+static void w_checkpoint(void *ctx, int64_t step, const char *path) {
+    wctx *w = ctx;
+    (void)step;
+    tq_store_flush(w->db);
+    if (tq_queue_set_checkpoint(w->db, w->job, path))
+        fprintf(stderr, "trainq worker: job %lld: %s\n", (long long)w->job, tq_store_errmsg(w->db));
+}
+
+/* <directory of db>/jobs/<id> */
+static void job_dir(const char *db, int64_t id, char *out, size_t n) {
+    const char *slash = strrchr(db, '/');
+    if (!slash) snprintf(out, n, "jobs/%lld", (long long)id);
+    else if (slash == db) snprintf(out, n, "/jobs/%lld", (long long)id);
+    else snprintf(out, n, "%.*s/jobs/%lld", (int)(slash - db), db, (long long)id);
+}
+
+static int finish(tq_store *db, int64_t id, const char *state, const char *summary, const char *code,
+                  const char *msg) {
+    int rc = tq_queue_finish(db, id, state, summary, code, msg);
+    if (rc) fprintf(stderr, "trainq worker: job %lld: finishing: %s\n", (long long)id, tq_store_errmsg(db));
+    return rc;
+}
+
+int tq_cmd_worker(int argc, char **argv) {
+    const char *db_path = NULL;
+    long long id = 0;
+    for (int i = 0; i < argc; i++) {
+        if (!strcmp(argv[i], "--db") && i + 1 < argc) db_path = argv[++i];
+        else if (!strcmp(argv[i], "--job") && i + 1 < argc) id = atoll(argv[++i]);
+        else { fprintf(stderr, "trainq worker: unexpected argument %s\n", argv[i]); return TQ_WORKER_USAGE; }
+    }
+    if (!db_path || id <= 0) {
+        fprintf(stderr, "usage: trainq worker --db PATH --job ID   (internal: started by trainq serve)\n");
+        return TQ_WORKER_USAGE;
+    }
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_term;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGTERM, &sa, NULL);
+    signal(SIGINT, SIG_IGN);
+
+    char err[512];
+    tq_store *db = tq_store_open(db_path, err, sizeof err);
+    if (!db) { fprintf(stderr, "trainq worker: %s\n", err); return TQ_WORKER_FAILED; }
+    tq_store_set_durable(db, 1);   /* records before a checkpoint survive a power cut */
+    tq_job job;
+    int rc = tq_queue_get(db, id, &job);
+    if (rc != 1) {
+        fprintf(stderr, "trainq worker: job %lld: %s\n", id, rc ? tq_store_errmsg(db) : "no such job");
+        tq_store_close(db);
+        return TQ_WORKER_USAGE;
+    }
+    if (strcmp(job.state, "running")) {
+        fprintf(stderr, "trainq worker: job %lld is %s, not running (claimed)\n", id, job.state);
+        tq_job_free(&job);
+        tq_store_close(db);
+        return TQ_WORKER_USAGE;
+    }
+    tq_spec sp;
+    tq_spec_err se;
+    if (tq_spec_parse(&sp, job.spec, &se)) {
+        char msg[400];
+        snprintf(msg, sizeof msg, "the stored spec is invalid: %s: %s", se.field, se.message);
+        tq_job_free(&job);
+        finish(db, id, "failed", NULL, "invalid_spec", msg);
+        tq_store_close(db);
+        return TQ_WORKER_FAILED;
+    }
+    tq_job_free(&job);
+
+    char out[TQ_PATH_MAX + 64];
+    job_dir(db_path, id, out, sizeof out);
+    wctx w = { db, id, sp.checkpoint_every, 0, 0, 0 };
+    tq_run_opts o = { out, 1, { &w, w_step, w_eval, w_stop, w_checkpoint } };
+    fprintf(stderr, "trainq worker: job %lld: training (%s, files in %s)\n", id, tq_model_name(sp.model), out);
+    tq_summary sum;
+    tq_train(&sp, &o, &sum);
+
+    if (!strcmp(sum.state, "interrupted")) {
+        int f = tq_store_flush(db);
+        fprintf(stderr, "trainq worker: job %lld: stopped at step %lld after a checkpoint: to be requeued\n",
+                id, (long long)sum.steps);
+        tq_store_close(db);
+        return f ? TQ_WORKER_FAILED : TQ_WORKER_REQUEUE;
+    }
+    cJSON *js = tq_summary_json(&sum);
+    char *s = cJSON_PrintUnformatted(js);
+    cJSON_Delete(js);
+    int frc = finish(db, id, sum.state, s, sum.error_code[0] ? sum.error_code : NULL,
+                     sum.error_message[0] ? sum.error_message : NULL);
+    cJSON_free(s);
+    tq_store_close(db);
+    fprintf(stderr, "trainq worker: job %lld: %s%s%s\n", id, sum.state, sum.error_code[0] ? ": " : "",
+            sum.error_message);
+    if (frc) return 4;   /* not finalised: the supervisor marks it crashed */
+    if (!strcmp(sum.state, "succeeded")) return TQ_WORKER_SUCCEEDED;
+    if (!strcmp(sum.state, "cancelled")) return TQ_WORKER_CANCELLED;
+    return TQ_WORKER_FAILED;
+}
