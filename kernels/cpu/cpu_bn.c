@@ -1,6 +1,7 @@
 /* cpu_bn.c — per-channel reductions and batch-norm (NHWC: channels contiguous, M = N·H·W rows).
  *
- * The statistics are summed in double. Reductions are cut into (row segment × 16-channel block)
+ * The batch-norm statistics are summed in f32 over blocks of RED_RB rows, the blocks in double;
+ * plain sums (bias gradients) in double. Reductions are cut into (row segment × 16-channel block)
  * tasks whose partial sums are combined in a fixed order, so results do not depend on the
  * thread count. Channels are processed in groups of TQ_CGROUP so that every per-channel
  * scratch array is a bounded stack array.
@@ -15,28 +16,58 @@
 #define RED_MAXSEG 16
 #define RED_PART 2048    /* partial sums kept on the stack: nseg·cw <= RED_PART */
 #define ROW_BLK 256      /* rows per dtype dispatch in the element passes */
+#define RED_RB 64        /* rows per f32 partial sum in the reductions */
+
+/* Sums over rows [r0, r1) of jw channels, jw <= RED_CB: f32 partial sums over RED_RB-row blocks
+ * (vectorised over the channels), added into double per block. */
+TQ_ALWAYS_INLINE void red_block(tq_dtype dt, tq_red_mode mode, size_t r0, size_t r1, size_t ld,
+                                size_t col, int jw, const void *a, const void *b,
+                                const float *of, float *f0, float *f1) {
+    for (size_t r = r0; r < r1; r++) {
+        size_t base = r * ld + col;
+        if (mode == TQ_RED_SUM) {
+            TQ_SIMD_F32(dt, for (int j = 0; j < jw; j++) f0[j] += tq_ld(a, dt, base + j););
+        } else if (mode == TQ_RED_SHSQ) {
+            TQ_SIMD_F32(dt, for (int j = 0; j < jw; j++) {
+                float d = tq_ld(a, dt, base + j) - of[j];
+                f0[j] += d;
+                f1[j] += d * d;
+            });
+        } else {
+            TQ_SIMD_F32(dt, for (int j = 0; j < jw; j++) {
+                float va = tq_ld(a, dt, base + j);
+                f0[j] += va;
+                f1[j] += va * (tq_ld(b, dt, base + j) - of[j]);
+            });
+        }
+    }
+}
 
 TQ_ALWAYS_INLINE void red_task(tq_dtype dt, tq_red_mode mode, size_t r0, size_t r1, size_t ld,
                                size_t col, int jw, const void *a, const void *b,
                                const float *off, double *o0, double *o1) {
-    double acc0[RED_CB], acc1[RED_CB], of[RED_CB];
-    for (int j = 0; j < jw; j++) { acc0[j] = 0; acc1[j] = 0; of[j] = off ? off[j] : 0.0; }
-    for (size_t r = r0; r < r1; r++) {
-        size_t base = r * ld + col;
-        for (int j = 0; j < jw; j++) {
-            double va = tq_ld(a, dt, base + j);
-            if (mode == TQ_RED_SUM) {
-                acc0[j] += va;
-            } else if (mode == TQ_RED_SHSQ) {
-                double d = va - of[j];
-                acc0[j] += d;
-                acc1[j] += d * d;
-            } else {
-                double vb = tq_ld(b, dt, base + j);
-                acc0[j] += va;
-                acc1[j] += va * (vb - of[j]);
-            }
+    double acc0[RED_CB], acc1[RED_CB];
+    float of[RED_CB];
+    for (int j = 0; j < RED_CB; j++) {
+        acc0[j] = 0; acc1[j] = 0;
+        of[j] = off && j < jw ? off[j] : 0.0f;
+    }
+    if (mode == TQ_RED_SUM) {
+        /* bias gradients (Σ dy with cancellation, added over microbatches): double per row */
+        for (size_t r = r0; r < r1; r++) {
+            size_t base = r * ld + col;
+            TQ_SIMD_F32(dt, for (int j = 0; j < jw; j++) acc0[j] += tq_ld(a, dt, base + j););
         }
+        for (int j = 0; j < jw; j++) o0[j] = acc0[j];
+        return;
+    }
+    for (size_t rb = r0; rb < r1; rb += RED_RB) {
+        size_t re = r1 - rb < RED_RB ? r1 : rb + RED_RB;
+        float f0[RED_CB], f1[RED_CB];
+        for (int j = 0; j < RED_CB; j++) { f0[j] = 0; f1[j] = 0; }
+        if (jw == RED_CB) red_block(dt, mode, rb, re, ld, col, RED_CB, a, b, of, f0, f1);
+        else red_block(dt, mode, rb, re, ld, col, jw, a, b, of, f0, f1);
+        for (int j = 0; j < RED_CB; j++) { acc0[j] += f0[j]; acc1[j] += f1[j]; }
     }
     for (int j = 0; j < jw; j++) {
         o0[j] = acc0[j];
@@ -96,8 +127,8 @@ TQ_ALWAYS_INLINE void norm_rows(tq_dtype dt, size_t r0, size_t r1, size_t ld, si
                                 const float *g, const float *b) {
     for (size_t r = r0; r < r1; r++) {
         size_t base = r * ld + c0;
-        for (int j = 0; j < cw; j++)
-            tq_st(y, dt, base + j, tq_bn_norm(tq_ld(x, dt, base + j), mu[j], is[j], g[j], b[j]));
+        TQ_SIMD_F32(dt, for (int j = 0; j < cw; j++)
+            tq_st(y, dt, base + j, tq_bn_norm(tq_ld(x, dt, base + j), mu[j], is[j], g[j], b[j])););
     }
 }
 
@@ -191,12 +222,18 @@ TQ_ALWAYS_INLINE void bn_dx_rows(tq_dtype dt, size_t r0, size_t r1, size_t ld, s
                                  const float *sdb, const float *sdg, float inv_m) {
     for (size_t r = r0; r < r1; r++) {
         size_t base = r * ld + c0;
-        for (int j = 0; j < cw; j++) {
-            float xh = (tq_ld(x, dt, base + j) - mu[j]) * is[j];
-            float v = tq_bn_dx(tq_ld(dy, dt, base + j), xh, g[j], is[j], sdb[j], sdg[j], inv_m);
-            if (beta_dx != 0.0f) v += beta_dx * tq_ld(dx, dt, base + j);
-            tq_st(dx, dt, base + j, v);
-        }
+        if (beta_dx == 0.0f)
+            TQ_SIMD_F32(dt, for (int j = 0; j < cw; j++) {
+                float xh = (tq_ld(x, dt, base + j) - mu[j]) * is[j];
+                tq_st(dx, dt, base + j,
+                      tq_bn_dx(tq_ld(dy, dt, base + j), xh, g[j], is[j], sdb[j], sdg[j], inv_m));
+            });
+        else
+            TQ_SIMD_F32(dt, for (int j = 0; j < cw; j++) {
+                float xh = (tq_ld(x, dt, base + j) - mu[j]) * is[j];
+                float v = tq_bn_dx(tq_ld(dy, dt, base + j), xh, g[j], is[j], sdb[j], sdg[j], inv_m);
+                tq_st(dx, dt, base + j, v + beta_dx * tq_ld(dx, dt, base + j));
+            });
     }
 }
 

@@ -2,8 +2,11 @@
  *
  * Shapes: x [N][H][W][C], w [K][R][S][C] (= [K][RSC]), y [N][P][Q][K].
  *   fwd:         Y[NPQ][K]   = cols[NPQ][RSC] · W[K][RSC]^T (+ bias)
- *   bwd_data:    dcols[NPQ][RSC] = dY[NPQ][K] · W[K][RSC], then col2im (gathered per input row,
- *                so images/rows are independent and the adds happen in a fixed order)
+ *   bwd_data:    stride 1 (pad <= R−1, S−1): the forward convolution of dY with the flipped,
+ *                channel-transposed kernel W' (see use_tr), dX[NHW][C] = cols(dY)[NHW][RSK] ·
+ *                W'[C][RSK]^T with beta through the GEMM. Otherwise dcols[NPQ][RSC] =
+ *                dY[NPQ][K] · W[K][RSC], then col2im (gathered per input row, so images/rows
+ *                are independent and the adds happen in a fixed order)
  *   bwd_filter:  dW[K][RSC] += dY^T · cols,  db[k] += Σ dy[.][k]
  * Images go in chunks of nb so that the scratch stays bounded (at least one image); f32 1×1
  * stride-1 pad-0 convolutions use x/dx directly (no im2col, no workspace). f16/bf16: w and dy
@@ -26,6 +29,7 @@
  * Workspace (floats, every section rounded up to 16 floats = 64 bytes):
  *   [wf: f32 copy of w — 16-bit fwd/bwd_data]  T × slice{cols | yf/dyf (16-bit) | dxf (16-bit
  *   bwd_data)}  [T−1 partial dW — bwd_filter, image-parallel]
+ *   stride-1 bwd_data instead: W' (f32, every dtype)  T × slice{cols of dY | dxf (16-bit)}
  * conv_ws returns the maximum over the three ops, computed by the same layout() the ops use;
  * it depends on be->threads.
  */
@@ -47,12 +51,14 @@ enum { OP_FWD, OP_BWD_DATA, OP_BWD_FILTER };
 
 typedef struct {
     int n, h, w, c, k, r, s, st, pad, p, q;
+    int padh, padw;                 /* im2col padding (pad, except for the transposed geometry) */
     size_t rsc, pq, hwc;
     int direct;                     /* 1×1, stride 1, pad 0 */
 } cgeom;
 
 typedef struct {
     int T;                  /* workspace slices (threads, image-parallel mode), else 1 */
+    int tr;                 /* bwd_data as a forward convolution of dy (stride 1) */
     int img_par;            /* image-parallel mode */
     int nb;                 /* images per chunk (per thread's chunk in image-parallel mode) */
     size_t wf;              /* 16-bit fwd/bwd_data: f32 copy of w */
@@ -80,6 +86,7 @@ static int geom(tq_backend *be, const char *op, const tq_conv_desc *d, tq_dtype 
     g->rsc = (size_t)g->r * g->s * g->c;
     g->pq = (size_t)g->p * g->q;
     g->hwc = (size_t)g->h * g->w * g->c;
+    g->padh = g->padw = g->pad;
     g->direct = g->r == 1 && g->s == 1 && g->st == 1 && g->pad == 0;
     if (g->rsc > INT_MAX || (size_t)g->n * g->pq > INT_MAX) {
         tq_backend_seterr(be, "%s: conv too large for 32-bit GEMM sizes", op);
@@ -90,11 +97,53 @@ static int geom(tq_backend *be, const char *op, const tq_conv_desc *d, tq_dtype 
 
 static size_t up16(size_t f) { return (f + 15) / 16 * 16; }
 
+/* bwd_data of a stride-1 convolution (pad <= R−1, S−1) is the forward convolution of dy with
+ * the flipped, channel-transposed kernel W'[c][r][s][k] = W[k][R−1−r][S−1−s][c] and padding
+ * (R−1−pad, S−1−pad): an im2col gather plus one GEMM instead of the col2im scatter. The f32
+ * direct (1×1) path keeps writing dx straight from the GEMM. */
+static int use_tr(const cgeom *g, tq_dtype dt) {
+    return g->st == 1 && g->pad <= g->r - 1 && g->pad <= g->s - 1 &&
+           !(dt == TQ_F32 && g->direct);
+}
+
+/* the geometry of that forward convolution: input dy [N][P][Q][K], output dx [N][H][W][C] */
+static void tr_geom(const cgeom *g, cgeom *t) {
+    *t = *g;
+    t->h = g->p; t->w = g->q; t->c = g->k; t->k = g->c;
+    t->st = 1; t->pad = -1; t->padh = g->r - 1 - g->pad; t->padw = g->s - 1 - g->pad;
+    t->p = g->h; t->q = g->w;
+    t->rsc = (size_t)g->r * g->s * g->k;
+    t->pq = (size_t)g->h * g->w;
+    t->hwc = (size_t)g->p * g->q * g->k;
+    t->direct = 0;
+}
+
 static void layout(const cgeom *g, tq_dtype dt, int op, int nt, clayout *L) {
     int lo = dt != TQ_F32;
     memset(L, 0, sizeof *L);
     L->T = 1;
     L->nb = g->n;
+    if (op == OP_BWD_DATA && use_tr(g, dt)) {
+        /* W' (any dtype) | T × slice{cols of dy [HW][RSK] | dxf (16-bit)} */
+        cgeom t;
+        tr_geom(g, &t);
+        L->tr = 1;
+        size_t per = t.pq * t.rsc + (lo ? g->hwc : 0);
+        L->img_par = nt > 1 && g->n > 1;
+        if (L->img_par) L->T = nt < g->n ? nt : g->n;
+        size_t cap = ((size_t)g->n + L->T - 1) / L->T;
+        size_t nb = (L->img_par ? THREAD_CHUNK_FLOATS : CHUNK_FLOATS) / per;
+        if (nb < 1) nb = 1;
+        if (nb > cap) nb = cap;
+        L->nb = (int)nb;
+        size_t colsz = up16(nb * t.pq * t.rsc), dsz = lo ? up16(nb * g->hwc) : 0;
+        L->wf = 0;
+        L->slice0 = up16((size_t)g->k * g->rsc);
+        L->a = 0; L->b = colsz; L->d = colsz;
+        L->slice = colsz + dsz;
+        L->bytes = (L->slice0 + (size_t)L->T * L->slice) * sizeof(float);
+        return;
+    }
     if (!lo && g->direct) return;
     size_t per = g->pq * g->rsc;                                   /* cols / dcols */
     if (lo) per += g->pq * (size_t)g->k;                           /* yf / dyf */
@@ -173,10 +222,10 @@ TQ_ALWAYS_INLINE void im2col_rows(tq_dtype dt, const cgeom *g, const void *x, in
         size_t i = t / g->pq, pq = t % g->pq;
         int p = (int)(pq / g->q), q = (int)(pq % g->q);
         float *dst = cols + t * g->rsc;
-        int iw0 = q * g->st - g->pad;
+        int iw0 = q * g->st - g->padw;
         int s_lo = iw0 < 0 ? -iw0 : 0, s_hi = g->w - iw0 < S ? g->w - iw0 : S;
         for (int r = 0; r < g->r; r++, dst += (size_t)S * C) {
-            int ih = p * g->st - g->pad + r;
+            int ih = p * g->st - g->padh + r;
             if (ih < 0 || ih >= g->h || s_hi <= s_lo) {
                 memset(dst, 0, (size_t)S * C * sizeof(float));
                 continue;
@@ -330,6 +379,70 @@ static int conv_fwd_impl(tq_backend *be, const char *nm, const tq_conv_desc *d, 
 
 /* ---- bwd_data ---- */
 
+/* Wt[c][r][s][k] = W[k][R−1−r][S−1−s][c] as f32 */
+TQ_ALWAYS_INLINE void flip_w(tq_dtype dt, const cgeom *g, float *Wt, const void *w) {
+    const int K = g->k, R = g->r, S = g->s, C = g->c;
+    const size_t rsk = (size_t)R * S * K;
+    for (int k = 0; k < K; k++)
+        for (int r = 0; r < R; r++)
+            for (int s = 0; s < S; s++) {
+                size_t src = (((size_t)k * R + r) * S + s) * C;
+                float *dst = Wt + ((size_t)(R - 1 - r) * S + (S - 1 - s)) * K + k;
+                for (int c = 0; c < C; c++) dst[(size_t)c * rsk] = tq_ld(w, dt, src + c);
+            }
+}
+
+/* Transposed path, dx rows [t0, t1) (t = input pixel of the chunk at n0): gather dy, one GEMM;
+ * f32 accumulates into dx through the GEMM's beta, 16-bit goes through DX and rounds once. */
+static void bwdd_tr_part(const cgeom *t, tq_dtype dt, const void *dy, const float *Wt, void *dx,
+                         float beta, float *cols, float *DX, int n0, size_t t0, size_t t1) {
+    const int C = t->k, RSK = (int)t->rsc;
+    if (t1 <= t0) return;
+    TQ_DT_CALL(dt, im2col_rows, t, dy, n0, t0, t1, cols);
+    size_t o = (size_t)n0 * t->pq * C + t0 * C;
+    if (dt == TQ_F32) {
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)(t1 - t0), C, RSK, 1.0f,
+                    cols + t0 * RSK, RSK, Wt, RSK, beta, (float *)dx + o, C);
+    } else {
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)(t1 - t0), C, RSK, 1.0f,
+                    cols + t0 * RSK, RSK, Wt, RSK, 0.0f, DX + t0 * C, C);
+        TQ_DT_CALL(dt, mix_store, dx, o, DX + t0 * C, (t1 - t0) * C, beta);
+    }
+}
+
+static void bwdd_tr(tq_backend *be, const cgeom *g, const clayout *L, tq_dtype dt, void *dx,
+                    float beta, const void *dy, const void *w, float *wsf) {
+    cgeom t;
+    tr_geom(g, &t);
+    float *Wt = wsf + L->wf;
+    TQ_DT_CALL(dt, flip_w, g, Wt, w);
+    double flops = 2.0 * g->n * g->pq * g->k * g->rsc;
+    if (L->img_par) {
+#pragma omp parallel num_threads(team(be, flops, L->T))
+        {
+            float *sl = wsf + L->slice0 + (size_t)omp_get_thread_num() * L->slice;
+            int nch = (g->n + L->nb - 1) / L->nb;
+#pragma omp for schedule(dynamic, 1)
+            for (int ch = 0; ch < nch; ch++) {
+                int n0 = ch * L->nb, nb = g->n - n0 < L->nb ? g->n - n0 : L->nb;
+                bwdd_tr_part(&t, dt, dy, Wt, dx, beta, sl + L->a, sl + L->d, n0, 0,
+                             (size_t)nb * t.pq);
+            }
+        }
+        return;
+    }
+    for (int n0 = 0; n0 < g->n; n0 += L->nb) {
+        int nb = g->n - n0 < L->nb ? g->n - n0 : L->nb;
+        float *sl = wsf + L->slice0;
+#pragma omp parallel num_threads(team(be, flops * nb / g->n, INT_MAX))
+        {
+            size_t t0, t1;
+            share((size_t)nb * t.pq, 4, &t0, &t1);
+            bwdd_tr_part(&t, dt, dy, Wt, dx, beta, sl + L->a, sl + L->d, n0, t0, t1);
+        }
+    }
+}
+
 /* dcols rows [t0, t1) of the chunk at n0 = dY·W (16-bit dy converted into DY first). The
  * direct path writes dx itself, with beta. */
 static void bwdd_gemm(const cgeom *g, tq_dtype dt, int direct, const void *dy, const float *W,
@@ -349,6 +462,10 @@ static int conv_bwd_data_impl(tq_backend *be, const char *nm, const tq_conv_desc
     cgeom g; clayout L;
     int rc = get_layout(be, nm, d, dt, OP_BWD_DATA, ws_bytes, ws, &g, &L);
     if (rc) return rc;
+    if (L.tr) {
+        bwdd_tr(be, &g, &L, dt, dx, beta, dy, w, ws);
+        return TQ_OK;
+    }
     const int K = g.k, direct = dt == TQ_F32 && g.direct;
     float *wsf = ws;
     const float *W = dt == TQ_F32 ? (const float *)w : wsf + L.wf;

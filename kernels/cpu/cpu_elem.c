@@ -3,7 +3,8 @@
  *
  * Every loop is cut into TQ_BLK-element blocks; one dtype dispatch per block (the block kernels
  * are always-inline and get a literal dtype, so the f32 path is a plain vectorisable loop), and
- * the blocks run in parallel above TQ_PAR_MIN elements. beta == 0 never reads the destination
+ * the blocks run in parallel above TQ_PAR_MIN elements; the f32 loops carry `omp simd` (GCC's -O2
+ * cost model would leave them scalar). beta == 0 never reads the destination
  * (a NaN there must not leak through 0·NaN).
  * ReLU follows PyTorch on NaN: relu(NaN) = NaN and the backward passes dy where y is NaN
  * (dx = y <= 0 ? 0 : dy), so overflow in fp16 activations still reaches the inf check.
@@ -30,10 +31,10 @@ static int check_dt(tq_backend *be, const char *op, tq_dtype dt) {
 }
 
 TQ_ALWAYS_INLINE void k_relu(tq_dtype dt, size_t i0, size_t i1, void *y, const void *x) {
-    for (size_t i = i0; i < i1; i++) {
+    TQ_SIMD_F32(dt, for (size_t i = i0; i < i1; i++) {
         float v = tq_ld(x, dt, i);
         tq_st(y, dt, i, v <= 0.0f ? 0.0f : v);
-    }
+    });
 }
 int tq_cpu_relu_fwd(tq_backend *be, size_t n, tq_dtype dt, void *y, const void *x) {
     if (check_dt(be, "relu_fwd", dt)) return TQ_EINVAL;
@@ -43,11 +44,17 @@ int tq_cpu_relu_fwd(tq_backend *be, size_t n, tq_dtype dt, void *y, const void *
 
 TQ_ALWAYS_INLINE void k_relu_bwd(tq_dtype dt, size_t i0, size_t i1, void *dx, float beta,
                                  const void *dy, const void *y) {
-    for (size_t i = i0; i < i1; i++) {
-        float v = tq_ld(y, dt, i) <= 0.0f ? 0.0f : tq_ld(dy, dt, i);
-        if (beta != 0.0f) v += beta * tq_ld(dx, dt, i);
-        tq_st(dx, dt, i, v);
-    }
+    /* both loads unconditional, so that the f32 loop is a compare and a select */
+    if (beta == 0.0f)
+        TQ_SIMD_F32(dt, for (size_t i = i0; i < i1; i++) {
+            float yv = tq_ld(y, dt, i), g = tq_ld(dy, dt, i);
+            tq_st(dx, dt, i, yv <= 0.0f ? 0.0f : g);
+        });
+    else
+        TQ_SIMD_F32(dt, for (size_t i = i0; i < i1; i++) {
+            float yv = tq_ld(y, dt, i), g = tq_ld(dy, dt, i);
+            tq_st(dx, dt, i, (yv <= 0.0f ? 0.0f : g) + beta * tq_ld(dx, dt, i));
+        });
 }
 int tq_cpu_relu_bwd(tq_backend *be, size_t n, tq_dtype dt, void *dx, float beta, const void *dy,
                     const void *y) {
@@ -59,7 +66,8 @@ int tq_cpu_relu_bwd(tq_backend *be, size_t n, tq_dtype dt, void *dx, float beta,
 
 TQ_ALWAYS_INLINE void k_add(tq_dtype dt, size_t i0, size_t i1, void *y, const void *a,
                             const void *b) {
-    for (size_t i = i0; i < i1; i++) tq_st(y, dt, i, tq_ld(a, dt, i) + tq_ld(b, dt, i));
+    TQ_SIMD_F32(dt, for (size_t i = i0; i < i1; i++)
+        tq_st(y, dt, i, tq_ld(a, dt, i) + tq_ld(b, dt, i)););
 }
 int tq_cpu_add_fwd(tq_backend *be, size_t n, tq_dtype dt, void *y, const void *a, const void *b) {
     if (check_dt(be, "add_fwd", dt)) return TQ_EINVAL;
@@ -72,10 +80,11 @@ TQ_ALWAYS_INLINE void k_acc(tq_dtype dt, size_t i0, size_t i1, void *dst, float 
     if (beta == 0.0f)
         for (size_t i = i0; i < i1; i++) tq_st(dst, dt, i, tq_ld(src, dt, i));
     else if (beta == 1.0f)
-        for (size_t i = i0; i < i1; i++) tq_st(dst, dt, i, tq_ld(dst, dt, i) + tq_ld(src, dt, i));
+        TQ_SIMD_F32(dt, for (size_t i = i0; i < i1; i++)
+            tq_st(dst, dt, i, tq_ld(dst, dt, i) + tq_ld(src, dt, i)););
     else
-        for (size_t i = i0; i < i1; i++)
-            tq_st(dst, dt, i, beta * tq_ld(dst, dt, i) + tq_ld(src, dt, i));
+        TQ_SIMD_F32(dt, for (size_t i = i0; i < i1; i++)
+            tq_st(dst, dt, i, beta * tq_ld(dst, dt, i) + tq_ld(src, dt, i)););
 }
 int tq_cpu_accumulate(tq_backend *be, size_t n, tq_dtype dt, void *dst, float beta,
                       const void *src) {
@@ -119,7 +128,7 @@ static inline uint32_t nonfinite(float v) { return (tq_f32_bits(v) & 0x7f800000u
 int tq_cpu_unscale_check(tq_backend *be, size_t n, float *g, float inv_scale, float *found_inf) {
     uint32_t bad = 0;
     int nt = tq_cpu_nt(be), par = n > TQ_PAR_MIN;
-#pragma omp parallel for num_threads(nt) schedule(static) reduction(| : bad) if (par)
+#pragma omp parallel for simd num_threads(nt) schedule(static) reduction(| : bad) if (par)
     for (size_t i = 0; i < n; i++) {
         float v = g[i], s = v * inv_scale;
         bad |= nonfinite(v) | nonfinite(s);
@@ -137,13 +146,13 @@ int tq_cpu_sgd_step(tq_backend *be, size_t n, float *w, const float *g, float *b
     }
     int nt = tq_cpu_nt(be), par = n > TQ_PAR_MIN;
     if (momentum == 0.0f) {
-#pragma omp parallel for num_threads(nt) schedule(static) if (par)
+#pragma omp parallel for simd num_threads(nt) schedule(static) if (par)
         for (size_t i = 0; i < n; i++) {
             float unused = 0.0f;
             tq_sgd_1(&w[i], g[i], &unused, lr, 0.0f, wd, nesterov);
         }
     } else {
-#pragma omp parallel for num_threads(nt) schedule(static) if (par)
+#pragma omp parallel for simd num_threads(nt) schedule(static) if (par)
         for (size_t i = 0; i < n; i++) tq_sgd_1(&w[i], g[i], &buf[i], lr, momentum, wd, nesterov);
     }
     return TQ_OK;
@@ -156,7 +165,7 @@ int tq_cpu_adamw_step(tq_backend *be, size_t n, float *w, const float *g, float 
         return TQ_EINVAL;
     }
     int nt = tq_cpu_nt(be), par = n > TQ_PAR_MIN;
-#pragma omp parallel for num_threads(nt) schedule(static) if (par)
+#pragma omp parallel for simd num_threads(nt) schedule(static) if (par)
     for (size_t i = 0; i < n; i++) tq_adamw_1(&w[i], g[i], &m[i], &v[i], lr, b1, b2, eps, wd, bc1, bc2);
     return TQ_OK;
 }

@@ -30,6 +30,15 @@
         else F(TQ_BF16, __VA_ARGS__);                              \
     } while (0)
 
+/* `for` loop LOOP, with `omp simd` on the f32 instance (dt a literal in an always-inline
+ * kernel): GCC's -O2 cost model leaves most loops scalar; 16-bit stays scalar (branchy
+ * conversions). The loops it is used on carry no dependence between iterations. */
+#define TQ_SIMD_F32(dt, ...)                                       \
+    do {                                                           \
+        if ((dt) == TQ_F32) { _Pragma("omp simd") __VA_ARGS__ }    \
+        else { __VA_ARGS__ }                                       \
+    } while (0)
+
 static inline int tq_cpu_nt(const tq_backend *be) { return be->threads > 0 ? be->threads : 1; }
 static inline int tq_cpu_dt_ok(tq_dtype dt) { return dt == TQ_F32 || dt == TQ_F16 || dt == TQ_BF16; }
 

@@ -412,6 +412,11 @@ static void test_conv(void **state) {
         { 1, 7, 5, 3, 2, 2, 3, 1, 0, 1, 1, 0 },     /* non-square kernel, no padding */
         { 2, 9, 9, 3, 4, 7, 7, 2, 3, 1, 1, 0 },     /* 7×7 stride 2 pad 3 (ResNet stem) */
         { 2, 5, 5, 2, 3, 3, 3, 3, 0, 0, 1, 0 },     /* stride 3: windows do not overlap */
+        /* stride-1 bwd_data runs as a forward conv of dy with the flipped kernel, padding
+         * (R−1−pad, S−1−pad); pad > R−1 keeps the col2im path */
+        { 2, 4, 5, 3, 4, 3, 3, 1, 2, 1, 1, 0 },     /* pad R−1: transposed padding 0 */
+        { 2, 5, 6, 3, 4, 3, 2, 1, 1, 1, 1, 0 },     /* 3×2 pad 1: transposed padding (1, 0) */
+        { 2, 3, 4, 3, 2, 1, 1, 1, 1, 0, 1, 0 },     /* 1×1 pad 1: col2im */
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_conv_case(&cases[i]);
 }
