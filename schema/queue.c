@@ -532,15 +532,7 @@ int tq_queue_finish(tq_store *s, int64_t id, const char *state, const char *summ
     if (tq__stmt(s, Q_FINISH, "UPDATE jobs SET state = ?2, finished_at = ?3, summary = ?4, "
                  "error_code = ?5, error_message = ?6 WHERE id = ?1 AND state = 'running'", &st))
         goto fail;
-    sqlite3_bind_int64(st, 1, id);
-    sqlite3_bind_text(st, 2, state, -1, SQLITE_TRANSIENT);
-    sqlite3_bind_int64(st, 3, tq__now_ms());
-    if (summary_json) sqlite3_bind_text(st, 4, summary_json, -1, SQLITE_TRANSIENT);
-    else sqlite3_bind_null(st, 4);
-    if (error_code && error_code[0]) sqlite3_bind_text(st, 5, error_code, -1, SQLITE_TRANSIENT);
-    else sqlite3_bind_null(st, 5);
-    if (error_message && error_message[0]) sqlite3_bind_text(st, 6, error_message, -1, SQLITE_TRANSIENT);
-    else sqlite3_bind_null(st, 6);
+    tq__bind_finish(st, id, state, summary_json, error_code, error_message);
     if (done(s, st, "finish")) goto fail;
     if (sqlite3_changes(s->db) != 1) return not_running(s, id, "finish");
     if (state_event(s, id)) goto fail;

@@ -302,15 +302,7 @@ int tq_store_finish_job(tq_store *s, int64_t job_id, const char *state, const ch
     if (tq_store_flush(s)) return TQ_STORE_ERR;
     if (begin(s)) return TQ_STORE_ERR;
     sqlite3_stmt *st = s->finish;
-    sqlite3_bind_int64(st, 1, job_id);
-    sqlite3_bind_text(st, 2, state, -1, SQLITE_TRANSIENT);
-    sqlite3_bind_int64(st, 3, realtime_ms());
-    if (summary_json) sqlite3_bind_text(st, 4, summary_json, -1, SQLITE_TRANSIENT);
-    else sqlite3_bind_null(st, 4);
-    if (error_code && error_code[0]) sqlite3_bind_text(st, 5, error_code, -1, SQLITE_TRANSIENT);
-    else sqlite3_bind_null(st, 5);
-    if (error_message && error_message[0]) sqlite3_bind_text(st, 6, error_message, -1, SQLITE_TRANSIENT);
-    else sqlite3_bind_null(st, 6);
+    tq__bind_finish(st, job_id, state, summary_json, error_code, error_message);
     if (run_stmt(st) != SQLITE_OK) {
         sql_err(s, "finish_job");
         rollback(s);
@@ -444,4 +436,17 @@ int tq__stmt(tq_store *s, int slot, const char *sql, sqlite3_stmt **out) {
     sqlite3_clear_bindings(s->qst[slot]);
     *out = s->qst[slot];
     return TQ_STORE_OK;
+}
+
+void tq__bind_finish(sqlite3_stmt *st, int64_t id, const char *state, const char *summary_json,
+                     const char *error_code, const char *error_message) {
+    sqlite3_bind_int64(st, 1, id);
+    sqlite3_bind_text(st, 2, state, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_int64(st, 3, tq__now_ms());
+    if (summary_json) sqlite3_bind_text(st, 4, summary_json, -1, SQLITE_TRANSIENT);
+    else sqlite3_bind_null(st, 4);
+    if (error_code && error_code[0]) sqlite3_bind_text(st, 5, error_code, -1, SQLITE_TRANSIENT);
+    else sqlite3_bind_null(st, 5);
+    if (error_message && error_message[0]) sqlite3_bind_text(st, 6, error_message, -1, SQLITE_TRANSIENT);
+    else sqlite3_bind_null(st, 6);
 }

@@ -40,4 +40,9 @@ int tq__set_err(tq_store *, const char *fmt, ...);
 int64_t tq__now_ms(void);       /* unix ms */
 /* The statement of `slot` (prepared from `sql` on first use, persistent), reset and unbound. */
 int tq__stmt(tq_store *, int slot, const char *sql, sqlite3_stmt **out);
+/* Binds a finish statement's parameters: ?1 id, ?2 state, ?3 finished_at (now), ?4 summary,
+ * ?5 error_code, ?6 error_message (NULL or "" bind NULL). Shared by tq_store_finish_job
+ * and tq_queue_finish. */
+void tq__bind_finish(sqlite3_stmt *st, int64_t id, const char *state, const char *summary_json,
+                     const char *error_code, const char *error_message);
 #endif
