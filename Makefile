@@ -1,34 +1,68 @@
 # trainq — build, test, run.
 #   make            build build/trainq (CPU backend; CUDA backend: see CUDA= below)
 #   make test       install missing packages, build, run every test (what CI runs)
-#   make run        install missing packages, build, run the default job
-#   make CUDA=0|1   force the CUDA backend off / on (on is the GPU issue's work)
+#   make run        install missing packages, build, start the daemon in the foreground (./var)
+#   make CUDA=0|1   force the CUDA backend off / on (default: on when nvcc is found)
+#   make CUDA_ARCH=sm_90   build machine code for one GPU only (fast local builds)
 
 CC      ?= cc
 BUILD   ?= build
 OPT     ?= -O2
 CFLAGS  ?= $(OPT) -g
 CFLAGS  += -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wno-unused-parameter -Wshadow \
-           -fopenmp -march=x86-64-v2 -mtune=native -I. -Ikernels -Itrain
+           -fopenmp -march=x86-64-v2 -mtune=native -I. -Ikernels -Itrain $(EXTRA_CFLAGS)
 LDLIBS  += -lopenblas -lsqlite3 -lcjson -lmicrohttpd -lz -lm -lpthread -fopenmp
 PYTHON  ?= /usr/bin/python3
 
-CUDA ?= 0
-ifeq ($(CUDA),1)
-  $(error CUDA=1: the CUDA backend is not part of this build yet (see the CUDA backend issue))
-endif
-
 LIB_SRC  := $(wildcard kernels/cpu/*.c) $(wildcard train/*.c) $(wildcard schema/*.c) $(wildcard api/*.c)
+
+# ---- the CUDA backend: built when nvcc is found (CUDA=auto), or forced with CUDA=0 / CUDA=1 ----
+# Machine code for Turing..Blackwell plus PTX for the newest, so one binary runs on every card
+# CUDA 13 supports; the CUDA runtime is linked statically, cuDNN and cuBLAS(Lt) dynamically.
+CUDA ?= 0
+NVCC ?= $(or $(shell command -v nvcc 2>/dev/null),$(wildcard /usr/local/cuda/bin/nvcc))
+ifeq ($(CUDA),auto)
+  override CUDA := $(if $(NVCC),1,0)
+endif
+ifeq ($(CUDA),1)
+  ifeq ($(NVCC),)
+    $(error CUDA=1 but nvcc was not found: put it on PATH or pass NVCC=/path/to/nvcc)
+  endif
+  CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(realpath $(NVCC)))
+  CUDA_LIBDIR ?= $(firstword $(wildcard $(CUDA_HOME)/lib64 $(CUDA_HOME)/lib))
+  ifdef CUDA_ARCH
+    GENCODE := -arch=$(CUDA_ARCH)
+  else
+    GENCODE := $(foreach a,75 80 86 89 90 120,-gencode arch=compute_$(a),code=sm_$(a)) \
+               -gencode arch=compute_120,code=compute_120
+  endif
+  NVCCFLAGS ?= -O3 -lineinfo
+  NVCCFLAGS += -std=c++17 -I. -Ikernels -Itrain -I$(CUDA_HOME)/include $(GENCODE) \
+               -Xcompiler -Wall,-Wno-unused-parameter,-fopenmp $(EXTRA_NVCCFLAGS)
+  LIB_SRC  += $(wildcard kernels/cuda/*.c)
+  CU_SRC   := $(wildcard kernels/cuda/*.cu)
+  CFLAGS   += -I$(CUDA_HOME)/include
+  LDLIBS   += -L$(CUDA_LIBDIR) -Wl,-rpath,$(CUDA_LIBDIR) -lcudnn -lcublasLt -lcublas \
+              $(CUDA_LIBDIR)/libcudart_static.a -ldl -lrt -lstdc++
+else ifeq ($(CUDA),0)
+  LIB_SRC  += kernels/nocuda.c
+  CU_SRC   :=
+else
+  $(error CUDA=$(CUDA): use CUDA=0, CUDA=1 or leave it unset (auto))
+endif
 MAIN_SRC := $(wildcard daemon/*.c)
 TEST_SRC := $(wildcard tests/unit/test_*.c)
+ifneq ($(CUDA),1)
+  TEST_SRC := $(filter-out tests/unit/test_cuda_%.c,$(TEST_SRC))
+endif
 
-LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
+LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/obj/%.o) $(CU_SRC:%.cu=$(BUILD)/obj/%.o)
 MAIN_OBJ := $(MAIN_SRC:%.c=$(BUILD)/obj/%.o)
 TESTS    := $(TEST_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 LIB      := $(BUILD)/libtrainq.a
 
 .PHONY: all deps test unit parity run clean bench
-all: $(BUILD)/trainq
+all: $(BUILD)/trainq $(if $(filter 1,$(CUDA)),$(BUILD)/gpu_ops)
 
 deps:
 	@scripts/install-deps
@@ -37,12 +71,20 @@ $(BUILD)/obj/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -MMD -MP -c $< -o $@
 
+$(BUILD)/obj/%.o: %.cu
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) -MMD -MP -c $< -o $@
+
 $(LIB): $(LIB_OBJ)
 	@mkdir -p $(dir $@)
 	rm -f $@ && ar rcs $@ $^
 
 $(BUILD)/trainq: $(MAIN_OBJ) $(LIB)
 	$(CC) $(CFLAGS) -o $@ $(MAIN_OBJ) $(LIB) $(LDLIBS)
+
+# every GPU op against the CPU op (scripts/gpu-check runs it on a machine with a GPU)
+$(BUILD)/gpu_ops: tests/gpu/gpu_ops.c $(LIB)
+	$(CC) $(CFLAGS) -o $@ $< $(LIB) $(LDLIBS)
 
 $(BUILD)/tests/%: tests/unit/%.c $(LIB)
 	@mkdir -p $(dir $@)
@@ -62,7 +104,9 @@ test: deps
 run: deps
 	$(MAKE) all
 	@mkdir -p var
-	$(BUILD)/trainq run examples/default.json --db var/trainq.db --out var/run
+	@echo "trainq: serving on http://127.0.0.1:8470 with the database var/trainq.db (Ctrl-C stops;" \
+	      "try: curl --json @examples/default.json http://127.0.0.1:8470/v1/jobs)"
+	exec $(BUILD)/trainq serve --db var/trainq.db
 
 bench: deps
 	$(MAKE) all

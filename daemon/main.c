@@ -187,9 +187,31 @@ static int cmd_plan(int argc, char **argv) {
     return 0;
 }
 
+/* `trainq devices`: the backends this binary can use, as JSON on stdout, and one line per
+ * device (or the one-line reason there is no GPU) on stderr. The supervisor runs it as a
+ * short-lived probe so that it never initialises CUDA itself. */
 static int cmd_devices(void) {
     cJSON *o = cJSON_CreateObject();
     cJSON *arr = cJSON_AddArrayToObject(o, "devices");
+    char why[256] = "";
+    tq_cuda_devinfo gpus[16];
+    int n = tq_cuda_devices(gpus, 16, why, sizeof why);
+    for (int i = 0; i < n && i < 16; i++) {
+        cJSON *d = cJSON_CreateObject();
+        char id[16];
+        snprintf(id, sizeof id, "cuda:%d", gpus[i].ordinal);
+        cJSON_AddStringToObject(d, "id", id);
+        cJSON_AddStringToObject(d, "backend", "cuda");
+        cJSON_AddStringToObject(d, "name", gpus[i].name);
+        char sm[16];
+        snprintf(sm, sizeof sm, "sm_%d", gpus[i].sm);
+        cJSON_AddStringToObject(d, "arch", sm);
+        cJSON_AddNumberToObject(d, "memory_total_bytes", (double)gpus[i].total_bytes);
+        cJSON_AddNumberToObject(d, "memory_free_bytes", (double)gpus[i].free_bytes);
+        cJSON_AddItemToArray(arr, d);
+        fprintf(stderr, "%s: %s (sm_%d), %.1f of %.1f GiB free\n", id, gpus[i].name, gpus[i].sm,
+                gpus[i].free_bytes / 1073741824.0, gpus[i].total_bytes / 1073741824.0);
+    }
     cJSON *d = cJSON_CreateObject();
     cJSON_AddStringToObject(d, "id", "cpu");
     cJSON_AddStringToObject(d, "backend", "cpu");
@@ -198,8 +220,13 @@ static int cmd_devices(void) {
     cJSON_AddNumberToObject(d, "memory_free_bytes", (double)avail * psz);
     cJSON_AddNumberToObject(d, "threads", (double)sysconf(_SC_NPROCESSORS_ONLN));
     cJSON_AddItemToArray(arr, d);
-    cJSON_AddStringToObject(o, "cuda", "not built: this trainq was compiled without the CUDA backend");
-    fprintf(stderr, "cuda: not available (this build has no CUDA backend)\n");
+    fprintf(stderr, "cpu: %ld threads\n", sysconf(_SC_NPROCESSORS_ONLN));
+    if (n > 0) {
+        cJSON_AddStringToObject(o, "cuda", "available");
+    } else {
+        cJSON_AddStringToObject(o, "cuda", why);
+        fprintf(stderr, "cuda: not available: %s; jobs with device auto run on the CPU\n", why);
+    }
     print_json(o);
     return 0;
 }

@@ -1,6 +1,6 @@
 /* serve.c — `trainq serve`: the supervisor (main thread) and the HTTP API (api/).
  *
- *   trainq serve [--db PATH] [--listen HOST:PORT] [--devices auto|cpu] [--config FILE]
+ *   trainq serve [--db PATH] [--listen HOST:PORT] [--devices auto|cpu|cuda:N] [--config FILE]
  *
  * At start: takes an exclusive lock (<db>.lock: one daemon per database), requeues the jobs a
  * crash left 'running' (queue.h: attempts, max_attempts → failed 'worker_crashed'), starts
@@ -21,6 +21,7 @@
  * line wins over the file. */
 #include "daemon.h"
 #include "report.h"
+#include "backend.h"
 #include "../api/api.h"
 #include "../schema/queue.h"
 
@@ -132,12 +133,33 @@ static void dir_of(const char *path, char *out, size_t n) {
     else snprintf(out, n, "%.*s", (int)(slash - path), path);
 }
 
+/* --devices: auto (each job's own "device" decides), cpu, or one cuda:N. Jobs run one at a
+ * time, so a list of several GPUs is refused with the reason rather than half-honoured. */
+static int check_devices(const char *d) {
+    if (!strcmp(d, "auto") || !strcmp(d, "cpu")) return 0;
+    if (strchr(d, ',')) {
+        fprintf(stderr, "trainq serve: --devices %s: this trainq runs one job at a time on one device; name one (auto, cpu or cuda:N)\n", d);
+        return 2;
+    }
+    char *end;
+    long n = !strncmp(d, "cuda:", 5) ? strtol(d + 5, &end, 10) : -1;
+    if (n < 0 || n > 255 || end == d + 5 || *end) {
+        fprintf(stderr, "trainq serve: --devices %s: want auto, cpu or cuda:N\n", d);
+        return 2;
+    }
+    if (!tq_cuda_built()) {
+        fprintf(stderr, "trainq serve: --devices %s: this build has no CUDA backend; use auto or cpu\n", d);
+        return 2;
+    }
+    return 0;
+}
+
 /* ---- the worker ----------------------------------------------------------------------- */
 
-static pid_t spawn_worker(const char *db, int64_t id) {
+static pid_t spawn_worker(const char *db, int64_t id, const char *devices) {
     char idbuf[32];
     snprintf(idbuf, sizeof idbuf, "%lld", (long long)id);
-    char *args[] = { "trainq", "worker", "--db", (char *)db, "--job", idbuf, NULL };
+    char *args[] = { "trainq", "worker", "--db", (char *)db, "--job", idbuf, "--device", (char *)devices, NULL };
     pid_t parent = getpid();
     pid_t pid = fork();
     if (pid != 0) return pid;   /* the daemon (or -1) */
@@ -210,7 +232,7 @@ static void finalise(tq_store *st, int64_t id, int ws, int stopping) {
 /* ---- serve ---------------------------------------------------------------------------- */
 
 static void usage(void) {
-    fprintf(stderr, "usage: trainq serve [--db PATH] [--listen HOST:PORT] [--devices auto|cpu] [--config FILE]\n");
+    fprintf(stderr, "usage: trainq serve [--db PATH] [--listen HOST:PORT] [--devices auto|cpu|cuda:N] [--config FILE]\n");
 }
 
 int tq_cmd_serve(int argc, char **argv) {
@@ -236,10 +258,7 @@ int tq_cmd_serve(int argc, char **argv) {
         fprintf(stderr, "trainq serve: --listen wants HOST:PORT, got \"%s\"\n", cfg.listen);
         return 2;
     }
-    if (strcmp(cfg.devices, "auto") && strcmp(cfg.devices, "cpu")) {
-        fprintf(stderr, "trainq serve: --devices %s: this build has no CUDA backend; use auto or cpu\n", cfg.devices);
-        return 2;
-    }
+    if (check_devices(cfg.devices)) return 2;
 
     /* the state directory, the lock, the database */
     char dir[1024], jobs_dir[1100], lock_path[1100];
@@ -313,7 +332,7 @@ int tq_cmd_serve(int argc, char **argv) {
             int rc = tq_queue_claim(st, "cpu", &id, NULL);
             if (rc < 0) { fprintf(stderr, "trainq serve: claim: %s\n", tq_store_errmsg(st)); sleep_ms(1000); continue; }
             if (rc == 0) { sleep_ms(200); continue; }
-            pid_t pid = spawn_worker(cfg.db, id);
+            pid_t pid = spawn_worker(cfg.db, id, cfg.devices);
             if (pid < 0) {
                 char msg[160];
                 snprintf(msg, sizeof msg, "cannot start the worker: %s", strerror(errno));

@@ -103,16 +103,39 @@ static int finish(tq_store *db, int64_t id, const char *state, const char *summa
     return rc;
 }
 
+/* The daemon's --devices narrows a job's "device": auto follows the job; cpu runs "auto" jobs
+ * on the CPU and refuses GPU jobs; cuda:N runs "auto" and "cuda" jobs on that GPU. */
+static int bind_device(tq_spec *sp, const char *daemon_dev, char *err, size_t n) {
+    if (!strcmp(daemon_dev, "auto")) return 0;
+    int job_gpu = !strncmp(sp->device, "cuda", 4);
+    if (!strcmp(daemon_dev, "cpu")) {
+        if (job_gpu) {
+            snprintf(err, n, "the job asks for device \"%s\", but this daemon runs jobs on the CPU only (--devices cpu)", sp->device);
+            return -1;
+        }
+        snprintf(sp->device, sizeof sp->device, "cpu");
+        return 0;
+    }
+    if (!strcmp(sp->device, "cpu")) return 0;
+    if (!strcmp(sp->device, "auto") || !strcmp(sp->device, "cuda") || !strcmp(sp->device, daemon_dev)) {
+        snprintf(sp->device, sizeof sp->device, "%.15s", daemon_dev);
+        return 0;
+    }
+    snprintf(err, n, "the job asks for device \"%s\", but this daemon runs jobs on %s (--devices)", sp->device, daemon_dev);
+    return -1;
+}
+
 int tq_cmd_worker(int argc, char **argv) {
-    const char *db_path = NULL;
+    const char *db_path = NULL, *device = "auto";
     long long id = 0;
     for (int i = 0; i < argc; i++) {
         if (!strcmp(argv[i], "--db") && i + 1 < argc) db_path = argv[++i];
         else if (!strcmp(argv[i], "--job") && i + 1 < argc) id = atoll(argv[++i]);
+        else if (!strcmp(argv[i], "--device") && i + 1 < argc) device = argv[++i];
         else { fprintf(stderr, "trainq worker: unexpected argument %s\n", argv[i]); return TQ_WORKER_USAGE; }
     }
     if (!db_path || id <= 0) {
-        fprintf(stderr, "usage: trainq worker --db PATH --job ID   (internal: started by trainq serve)\n");
+        fprintf(stderr, "usage: trainq worker --db PATH --job ID [--device auto|cpu|cuda:N]   (internal: started by trainq serve)\n");
         return TQ_WORKER_USAGE;
     }
     struct sigaction sa;
@@ -150,6 +173,11 @@ int tq_cmd_worker(int argc, char **argv) {
         return TQ_WORKER_FAILED;
     }
     tq_job_free(&job);
+    if (bind_device(&sp, device, err, sizeof err)) {
+        finish(db, id, "failed", NULL, "device_unavailable", err);
+        tq_store_close(db);
+        return TQ_WORKER_FAILED;
+    }
 
     char out[TQ_PATH_MAX + 64];
     job_dir(db_path, id, out, sizeof out);

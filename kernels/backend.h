@@ -63,6 +63,9 @@ typedef struct tq_backend_i {
     void (*copy)(tq_backend *, void *dst, const void *src, size_t bytes);
     void (*sync)(tq_backend *);
     double (*now_ms)(tq_backend *);                      /* after sync: wall time */
+    /* device memory as the driver sees it (cudaMemGetInfo); -1 where there is no such thing */
+    int (*mem_info)(tq_backend *, size_t *free_bytes, size_t *total_bytes);
+    void (*destroy)(tq_backend *);                       /* frees ctx; tq_backend_free calls it */
 
     /* convolution: y = conv(x, w) + bias (bias may be NULL) */
     size_t (*conv_ws)(tq_backend *, const tq_conv_desc *, tq_dtype dt);   /* max over fwd/bwd */
@@ -131,7 +134,8 @@ typedef struct tq_backend_i {
 
     /* data: x[i] = normalize(augment(images[idx[i]])) as dt, labels[i] = lab[idx[i]].
      * images are uint8 HWC of shape (h,w,c); aug may be NULL (no augmentation); pad is the
-     * crop padding (zero pixels). */
+     * crop padding (zero pixels). mean and inv_std are HOST arrays of c floats (c <= 4),
+     * passed by value to the device. */
     int (*load_batch)(tq_backend *, int n, int h, int w, int c, tq_dtype dt, void *x,
                       int32_t *labels, const uint8_t *images, const uint8_t *lab,
                       const int32_t *idx, const tq_aug *aug, int pad, const float *mean,
@@ -148,7 +152,23 @@ struct tq_backend {
 
 /* The CPU backend (always built). threads <= 0: OpenMP's default. */
 tq_backend *tq_cpu_backend_new(int threads);
-void tq_backend_free(tq_backend *);
+void tq_backend_free(tq_backend *);             /* any backend: calls i->destroy, then frees */
 void tq_backend_seterr(tq_backend *, const char *fmt, ...);
+
+/* The CUDA backend (kernels/cuda; kernels/nocuda.c in a build without nvcc).
+ * tq_cuda_backend_new: device ordinal `device`; `benchmark` = cudnn_benchmark (time the best
+ * few cuDNN plans once per shape). NULL on failure with a one-line reason in why[]
+ * (no driver, no device, ordinal out of range, out of memory, built without CUDA). */
+typedef struct {
+    int ordinal;
+    char name[96];
+    int sm;                       /* compute capability major*10 + minor */
+    size_t total_bytes, free_bytes;
+} tq_cuda_devinfo;
+int tq_cuda_built(void);                        /* 1 when this binary has the CUDA backend */
+/* Fills up to `max` entries; returns the device count (0 when none) or -1 with why[] set. */
+int tq_cuda_devices(tq_cuda_devinfo *out, int max, char *why, size_t why_len);
+tq_backend *tq_cuda_backend_new(int device, int benchmark, char *why, size_t why_len);
+const char *tq_cuda_backend_name(tq_backend *);  /* the GPU's name; NULL for other backends */
 
 #endif

@@ -245,6 +245,35 @@ static int optimizer_step(run_ctx *r, double lr, int64_t t) {
                                 (float)(1.0 - pow(b2, (double)t)));
 }
 
+/* The backend a spec asks for. "auto": the first GPU when one works, else the CPU (the reason
+ * goes to stderr); "cuda" / "cuda:N": that GPU or a device_unavailable failure with the
+ * reason; "cpu": the CPU. dev receives "cpu" or "cuda:N". */
+static int open_backend(const tq_spec *sp, tq_backend **out, char *dev, size_t dl, char *code, size_t cl,
+                        char *err, size_t el) {
+    char why[256] = "";
+    *out = NULL;
+    if (strcmp(sp->device, "cpu")) {
+        int ord = 0;
+        if (!strncmp(sp->device, "cuda:", 5)) ord = atoi(sp->device + 5);
+        tq_backend *be = tq_cuda_backend_new(ord, sp->cudnn_benchmark, why, sizeof why);
+        if (be) {
+            snprintf(dev, dl, "cuda:%d", ord);
+            *out = be;
+            return 0;
+        }
+        if (strcmp(sp->device, "auto")) {
+            snprintf(code, cl, "device_unavailable");
+            snprintf(err, el, "device \"%s\" requested, but %s; use \"device\": \"auto\" or \"cpu\"", sp->device, why);
+            return TQ_EDEVICE;
+        }
+        if (tq_cuda_built()) fprintf(stderr, "trainq: device auto: training on the CPU: %s\n", why);
+    }
+    *out = tq_cpu_backend_new(sp->threads);
+    if (!*out) { snprintf(code, cl, "out_of_memory"); snprintf(err, el, "cannot create the CPU backend"); return TQ_ENOMEM; }
+    snprintf(dev, dl, "cpu");
+    return 0;
+}
+
 int tq_train(const tq_spec *sp, const tq_run_opts *o, tq_summary *sum) {
     char err[512] = "", code[32] = "";
     tq_dataset ds;
@@ -262,14 +291,11 @@ int tq_train(const tq_spec *sp, const tq_run_opts *o, tq_summary *sum) {
     tq_graph *g = NULL;
     int rc = 0;
 
-    if (!strncmp(sp->device, "cuda", 4)) {
-        fail(sum, "device_unavailable", "device \"cuda\" requested, but this build of trainq has no CUDA backend; use \"device\": \"auto\" or \"cpu\"");
-        return TQ_EDEVICE;
-    }
     if (load_data(sp, &ds, code, sizeof code, err, sizeof err)) { fail(sum, code, err); return TQ_EDATA; }
     r.sp = sp; r.ds = &ds;
-    r.be = tq_cpu_backend_new(sp->threads);
-    if (!r.be) { fail(sum, "out_of_memory", "cannot create the CPU backend"); tq_dataset_free(&ds); return TQ_ENOMEM; }
+    if (open_backend(sp, &r.be, sum->device, sizeof sum->device, code, sizeof code, err, sizeof err)) {
+        fail(sum, code, err); tq_dataset_free(&ds); return TQ_EDEVICE;
+    }
     int b = sp->batch_size, accum = sp->accum_steps;
     int64_t N = ds.train.n;
     int64_t mb_per_epoch = N / b, spe = mb_per_epoch / accum;
@@ -290,6 +316,14 @@ int tq_train(const tq_spec *sp, const tq_run_opts *o, tq_summary *sum) {
         snprintf(err, sizeof err, "the job needs %zu bytes (%.1f MiB: %zu for training + %zu for the dataset), over max_memory_mb %lld",
                  plan.total + plan.data, (plan.total + plan.data) / 1048576.0, plan.total, plan.data, (long long)sp->max_memory_mb);
         fail(sum, "memory_limit", err); rc = TQ_ENOMEM; goto done;
+    }
+    size_t dev_free = 0, dev_total = 0;
+    int on_device = r.be->i->mem_info(r.be, &dev_free, &dev_total) == 0;
+    if (on_device && plan.total + plan.data > dev_free) {
+        snprintf(err, sizeof err, "the job needs %zu bytes (%.1f MiB: %zu for training + %zu for the dataset) but %s has %zu bytes (%.1f MiB) free of %zu",
+                 plan.total + plan.data, (plan.total + plan.data) / 1048576.0, plan.total, plan.data, sum->device,
+                 dev_free, dev_free / 1048576.0, dev_total);
+        fail(sum, "out_of_memory", err); rc = TQ_ENOMEM; goto done;
     }
     if ((rc = tq_engine_new(&r.e, r.be, g, sp->optimizer.type, momentum_buf(sp), err, sizeof err))) {
         fail(sum, "out_of_memory", err); goto done;
@@ -387,6 +421,10 @@ int tq_train(const tq_spec *sp, const tq_run_opts *o, tq_summary *sum) {
         rec.mem_peak_bytes = (int64_t)(held - g->arena_bytes + extent);
         rec.mem_reserved_bytes = (int64_t)be->bytes_live;
         rec.device_used_bytes = -1;
+        if (on_device && I->mem_info(be, &dev_free, &dev_total) == 0) {
+            rec.device_used_bytes = (int64_t)(dev_total - dev_free);
+            if (rec.device_used_bytes > sum->device_peak_used_bytes) sum->device_peak_used_bytes = rec.device_used_bytes;
+        }
         rec.time_ms = tq_unix_ms();
         rec.total_steps = total;
         if (rec.mem_peak_bytes > peak) peak = rec.mem_peak_bytes;

@@ -73,6 +73,12 @@ static double cpu_now_ms(tq_backend *be) {
     return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
 }
 
+static int cpu_mem_info(tq_backend *be, size_t *free_bytes, size_t *total_bytes) {
+    (void)be; *free_bytes = *total_bytes = 0;
+    return -1;
+}
+static void cpu_destroy(tq_backend *be) { (void)be; }
+
 static const tq_backend_i cpu_iface = {
     .name = "cpu",
     .alloc = cpu_alloc,
@@ -83,6 +89,8 @@ static const tq_backend_i cpu_iface = {
     .copy = cpu_copy,
     .sync = cpu_sync,
     .now_ms = cpu_now_ms,
+    .mem_info = cpu_mem_info,
+    .destroy = cpu_destroy,
     .conv_ws = tq_cpu_conv_ws,
     .conv_fwd = tq_cpu_conv_fwd,
     .conv_bwd_data = tq_cpu_conv_bwd_data,
@@ -131,5 +139,6 @@ tq_backend *tq_cpu_backend_new(int threads) {
 
 void tq_backend_free(tq_backend *be) {
     if (!be) return;
+    if (be->i && be->i->destroy) be->i->destroy(be);
     free(be);
 }

@@ -1,0 +1,307 @@
+/* cuda_backend.c — the CUDA backend object: devices, lifecycle, memory, timing and the op table.
+ *
+ * - tq_cuda_devices / tq_cuda_backend_new never abort: no driver, no device, a bad ordinal or an
+ *   out-of-memory come back as a status and a one-line reason (the same binary runs on machines
+ *   without a GPU and falls back to the CPU).
+ * - Memory: every block is one cudaMalloc (the engine allocates one block per planner region,
+ *   before the first step, and nothing inside a step). A small host-side table remembers each
+ *   block's size so that free() subtracts exactly what alloc() added to be->bytes_live.
+ * - One non-blocking stream per backend; cuDNN and cuBLASLt run on it. to_device/to_host are
+ *   synchronous with respect to the host (the trainer reads the step's scalars once per step).
+ * - fp32 math is exact fp32: TF32 is off for cuDNN (engine choice in cuda_conv.c) and cuBLASLt
+ *   (COMPUTE_32F), so GPU results can be checked against the CPU backend at 1e-4.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cudnn.h>
+#include <cublasLt.h>
+
+#include "cuda/cuda_internal.h"
+
+int tqc_cuda_fail(tq_backend *be, cudaError_t e, const char *what, const char *file, int line) {
+    if (e == cudaSuccess) return 0;
+    const char *base = strrchr(file, '/');
+    tq_backend_seterr(be, "%s: %s (%s) at %s:%d", what, cudaGetErrorString(e), cudaGetErrorName(e),
+                      base ? base + 1 : file, line);
+    return 1;
+}
+
+int tq_cuda_built(void) { return 1; }
+
+/* Why there is no usable GPU, in one line, from the runtime's own error. */
+static void no_gpu_reason(cudaError_t e, char *why, size_t n) {
+    switch (e) {
+    case cudaErrorNoDevice:
+        snprintf(why, n, "no CUDA device found (the driver reports none)");
+        break;
+    case cudaErrorInsufficientDriver:
+        snprintf(why, n, "the NVIDIA driver is missing or older than this build's CUDA %d.%d runtime needs",
+                 CUDART_VERSION / 1000, CUDART_VERSION % 1000 / 10);
+        break;
+    default:
+        snprintf(why, n, "CUDA unavailable: %s (%s)", cudaGetErrorString(e), cudaGetErrorName(e));
+    }
+}
+
+int tq_cuda_devices(tq_cuda_devinfo *out, int max, char *why, size_t why_len) {
+    int count = 0;
+    cudaError_t e = cudaGetDeviceCount(&count);
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        if (why) no_gpu_reason(e, why, why_len);
+        return e == cudaErrorNoDevice ? 0 : -1;
+    }
+    if (count == 0 && why) snprintf(why, why_len, "no CUDA device found (the driver reports none)");
+    for (int d = 0; d < count && d < max; d++) {
+        struct cudaDeviceProp p;
+        tq_cuda_devinfo *o = &out[d];
+        memset(o, 0, sizeof *o);
+        o->ordinal = d;
+        if (cudaGetDeviceProperties(&p, d) != cudaSuccess) { cudaGetLastError(); continue; }
+        snprintf(o->name, sizeof o->name, "%.95s", p.name);
+        o->sm = p.major * 10 + p.minor;
+        o->total_bytes = p.totalGlobalMem;
+        /* free memory needs a context on that device: the probe is a short-lived process
+         * (`trainq devices`), so creating one here is fine */
+        size_t fr = 0, tot = 0;
+        if (cudaSetDevice(d) == cudaSuccess && cudaMemGetInfo(&fr, &tot) == cudaSuccess)
+            o->free_bytes = fr;
+        else
+            cudaGetLastError();
+    }
+    return count;
+}
+
+/* ---- memory: a host table of live blocks (pointer -> size) ---- */
+
+typedef struct { void *p; size_t bytes; } blk;
+typedef struct { tqc_ctx c; blk *blks; size_t nblk, cap; cudaEvent_t t0; } ctx_full;
+
+static void *cu_alloc(tq_backend *be, size_t bytes) {
+    ctx_full *f = (ctx_full *)be->ctx;
+    if (f->nblk == f->cap) {
+        size_t cap = f->cap ? f->cap * 2 : 64;
+        blk *nb = realloc(f->blks, cap * sizeof *nb);
+        if (!nb) { tq_backend_seterr(be, "alloc: out of host memory for the block table"); return NULL; }
+        f->blks = nb;
+        f->cap = cap;
+    }
+    void *p = NULL;
+    cudaError_t e = cudaMalloc(&p, bytes ? bytes : 1);
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        size_t fr = 0, tot = 0;
+        cudaMemGetInfo(&fr, &tot);
+        cudaGetLastError();
+        tq_backend_seterr(be, "cudaMalloc of %zu bytes failed on %s: %s (free %zu of %zu bytes)",
+                          bytes, f->c.name, cudaGetErrorString(e), fr, tot);
+        return NULL;
+    }
+    f->blks[f->nblk].p = p;
+    f->blks[f->nblk].bytes = bytes;
+    f->nblk++;
+    be->bytes_live += bytes;
+    if (be->bytes_live > be->bytes_peak) be->bytes_peak = be->bytes_live;
+    return p;
+}
+
+static void cu_free(tq_backend *be, void *p) {
+    if (!p) return;
+    ctx_full *f = (ctx_full *)be->ctx;
+    for (size_t i = f->nblk; i-- > 0;) {
+        if (f->blks[i].p != p) continue;
+        be->bytes_live -= f->blks[i].bytes;
+        f->blks[i] = f->blks[--f->nblk];
+        cudaFree(p);
+        return;
+    }
+    /* not ours: a broken invariant of the caller, but never worth crashing a worker over */
+    tq_backend_seterr(be, "free: %p was not allocated by this backend", p);
+}
+
+/* The void slots cannot return a status: a failure is kept in be->err and sticks to the
+ * stream, so the next op (or the step's sync) reports it. */
+static void cu_memset0(tq_backend *be, void *p, size_t bytes) {
+    if (bytes) tqc_cuda_fail(be, cudaMemsetAsync(p, 0, bytes, tqc(be)->stream), "cudaMemsetAsync", __FILE__, __LINE__);
+}
+static void cu_to_device(tq_backend *be, void *dst, const void *src, size_t bytes) {
+    if (!bytes) return;
+    tqc_cuda_fail(be, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, tqc(be)->stream),
+                  "cudaMemcpyAsync(H2D)", __FILE__, __LINE__);
+    /* the source is pageable host memory the caller may reuse at once */
+    tqc_cuda_fail(be, cudaStreamSynchronize(tqc(be)->stream), "cudaStreamSynchronize", __FILE__, __LINE__);
+}
+static void cu_to_host(tq_backend *be, void *dst, const void *src, size_t bytes) {
+    if (!bytes) return;
+    tqc_cuda_fail(be, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, tqc(be)->stream),
+                  "cudaMemcpyAsync(D2H)", __FILE__, __LINE__);
+    tqc_cuda_fail(be, cudaStreamSynchronize(tqc(be)->stream), "cudaStreamSynchronize", __FILE__, __LINE__);
+}
+static void cu_copy(tq_backend *be, void *dst, const void *src, size_t bytes) {
+    if (!bytes || dst == src) return;
+    tqc_cuda_fail(be, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, tqc(be)->stream),
+                  "cudaMemcpyAsync(D2D)", __FILE__, __LINE__);
+}
+static void cu_sync(tq_backend *be) {
+    tqc_cuda_fail(be, cudaStreamSynchronize(tqc(be)->stream), "cudaStreamSynchronize", __FILE__, __LINE__);
+}
+
+/* Milliseconds on the device's clock: an event recorded on the stream, measured against the
+ * first event of the backend. Called after sync, so the event is complete at once. */
+static double cu_now_ms(tq_backend *be) {
+    ctx_full *f = (ctx_full *)be->ctx;
+    tqc_ctx *c = &f->c;
+    cudaEventRecord(c->ev, c->stream);
+    cudaEventSynchronize(c->ev);
+    float ms = 0;
+    cudaEventElapsedTime(&ms, f->t0, c->ev);
+    cudaGetLastError();
+    return ms;
+}
+
+static int cu_mem_info(tq_backend *be, size_t *free_bytes, size_t *total_bytes) {
+    cudaError_t e = cudaMemGetInfo(free_bytes, total_bytes);
+    if (e != cudaSuccess) { cudaGetLastError(); *free_bytes = *total_bytes = 0; return -1; }
+    return 0;
+}
+
+static void cu_destroy(tq_backend *be) {
+    ctx_full *f = (ctx_full *)be->ctx;
+    if (!f) return;
+    tqc_ctx *c = &f->c;
+    if (c->stream) cudaStreamSynchronize(c->stream);
+    tqc_conv_destroy(be);
+    tqc_linear_destroy(be);
+    for (size_t i = 0; i < f->nblk; i++) cudaFree(f->blks[i].p);
+    free(f->blks);
+    if (c->scratch) cudaFree(c->scratch);
+    if (c->lt) cublasLtDestroy((cublasLtHandle_t)c->lt);
+    if (c->cudnn) cudnnDestroy((cudnnHandle_t)c->cudnn);
+    if (c->ev) cudaEventDestroy(c->ev);
+    if (f->t0) cudaEventDestroy(f->t0);
+    if (c->stream) cudaStreamDestroy(c->stream);
+    cudaGetLastError();
+    free(f);
+    be->ctx = NULL;
+}
+
+static const tq_backend_i cuda_iface = {
+    .name = "cuda",
+    .alloc = cu_alloc,
+    .free = cu_free,
+    .memset0 = cu_memset0,
+    .to_device = cu_to_device,
+    .to_host = cu_to_host,
+    .copy = cu_copy,
+    .sync = cu_sync,
+    .now_ms = cu_now_ms,
+    .mem_info = cu_mem_info,
+    .destroy = cu_destroy,
+    .conv_ws = tqc_conv_ws,
+    .conv_fwd = tqc_conv_fwd,
+    .conv_bwd_data = tqc_conv_bwd_data,
+    .conv_bwd_filter = tqc_conv_bwd_filter,
+    .linear_ws = tqc_linear_ws,
+    .linear_fwd = tqc_linear_fwd,
+    .linear_bwd_data = tqc_linear_bwd_data,
+    .linear_bwd_filter = tqc_linear_bwd_filter,
+    .bn_fwd_train = tqc_bn_fwd_train,
+    .bn_fwd_infer = tqc_bn_fwd_infer,
+    .bn_bwd = tqc_bn_bwd,
+    .relu_fwd = tqc_relu_fwd,
+    .relu_bwd = tqc_relu_bwd,
+    .add_fwd = tqc_add_fwd,
+    .accumulate = tqc_accumulate,
+    .maxpool_fwd = tqc_maxpool_fwd,
+    .maxpool_bwd = tqc_maxpool_bwd,
+    .avgpool_fwd = tqc_avgpool_fwd,
+    .avgpool_bwd = tqc_avgpool_bwd,
+    .softmax_ce = tqc_softmax_ce,
+    .softmax_ce_eval = tqc_softmax_ce_eval,
+    .cast = tqc_cast,
+    .unscale_check = tqc_unscale_check,
+    .sgd_step = tqc_sgd_step,
+    .adamw_step = tqc_adamw_step,
+    .load_batch = tqc_load_batch,
+};
+
+tq_backend *tq_cuda_backend_new(int device, int benchmark, char *why, size_t why_len) {
+    char tmp[256];
+    if (!why) { why = tmp; why_len = sizeof tmp; }
+    int count = 0;
+    cudaError_t e = cudaGetDeviceCount(&count);
+    if (e != cudaSuccess || count == 0) {
+        cudaGetLastError();
+        no_gpu_reason(e == cudaSuccess ? cudaErrorNoDevice : e, why, why_len);
+        return NULL;
+    }
+    if (device < 0 || device >= count) {
+        snprintf(why, why_len, "cuda:%d does not exist: this machine has %d CUDA device%s (cuda:0..cuda:%d)",
+                 device, count, count == 1 ? "" : "s", count - 1);
+        return NULL;
+    }
+    tq_backend *be = calloc(1, sizeof *be);
+    ctx_full *f = calloc(1, sizeof *f);
+    if (!be || !f) { free(be); free(f); snprintf(why, why_len, "out of host memory"); return NULL; }
+    be->i = &cuda_iface;
+    be->ctx = f;
+    be->threads = 1;
+    tqc_ctx *c = &f->c;
+    c->device = device;
+    c->benchmark = benchmark;
+    struct cudaDeviceProp p;
+    const char *step = "cudaSetDevice";
+    if ((e = cudaSetDevice(device)) != cudaSuccess) goto cuda_fail;
+    step = "cudaGetDeviceProperties";
+    if ((e = cudaGetDeviceProperties(&p, device)) != cudaSuccess) goto cuda_fail;
+    snprintf(c->name, sizeof c->name, "%.95s", p.name);
+    c->sm = p.major * 10 + p.minor;
+    c->total_bytes = p.totalGlobalMem;
+    step = "cudaStreamCreateWithFlags";
+    if ((e = cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking)) != cudaSuccess) goto cuda_fail;
+    step = "cudaEventCreate";
+    if ((e = cudaEventCreate(&c->ev)) != cudaSuccess) goto cuda_fail;
+    if ((e = cudaEventCreate(&f->t0)) != cudaSuccess) goto cuda_fail;
+    step = "cudaEventRecord";
+    if ((e = cudaEventRecord(f->t0, c->stream)) != cudaSuccess) goto cuda_fail;
+    step = "cudaMalloc(scratch)";
+    if ((e = cudaMalloc(&c->scratch, TQC_SCRATCH_BYTES)) != cudaSuccess) goto cuda_fail;
+
+    cudnnHandle_t h;
+    cudnnStatus_t st = cudnnCreate(&h);
+    if (st != CUDNN_STATUS_SUCCESS) {
+        snprintf(why, why_len, "cuDNN %zu cannot start on %s: %s", cudnnGetVersion(), c->name, cudnnGetErrorString(st));
+        goto fail;
+    }
+    c->cudnn = h;
+    if ((st = cudnnSetStream(h, c->stream)) != CUDNN_STATUS_SUCCESS) {
+        snprintf(why, why_len, "cudnnSetStream: %s", cudnnGetErrorString(st));
+        goto fail;
+    }
+    cublasLtHandle_t lt;
+    cublasStatus_t bs = cublasLtCreate(&lt);
+    if (bs != CUBLAS_STATUS_SUCCESS) {
+        snprintf(why, why_len, "cuBLASLt cannot start on %s: status %d", c->name, (int)bs);
+        goto fail;
+    }
+    c->lt = lt;
+    if (tqc_conv_init(be) || tqc_linear_init(be)) {
+        snprintf(why, why_len, "%s", be->err[0] ? be->err : "cannot set up the convolution/GEMM caches");
+        goto fail;
+    }
+    return be;
+
+cuda_fail:
+    cudaGetLastError();
+    snprintf(why, why_len, "%s on cuda:%d: %s (%s)", step, device, cudaGetErrorString(e), cudaGetErrorName(e));
+fail:
+    cu_destroy(be);
+    free(be);
+    return NULL;
+}
+
+/* the name of the device a CUDA backend runs on (for the summary's "device") */
+const char *tq_cuda_backend_name(tq_backend *be) {
+    return be && be->i == &cuda_iface ? tqc(be)->name : NULL;
+}

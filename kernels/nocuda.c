@@ -1,0 +1,24 @@
+/* nocuda.c — the CUDA entry points of backend.h in a build without nvcc (CUDA=0).
+ *
+ * The binary is a CPU-only build: tq_cuda_built() says so, and every request for a GPU gets
+ * the one-line reason, so `trainq devices` and a job asking for "cuda" can tell the user. */
+#include <stdio.h>
+#include "backend.h"
+
+int tq_cuda_built(void) { return 0; }
+
+static const char *reason = "this trainq was built without the CUDA backend (nvcc was not found, or CUDA=0)";
+
+int tq_cuda_devices(tq_cuda_devinfo *out, int max, char *why, size_t why_len) {
+    (void)out; (void)max;
+    if (why) snprintf(why, why_len, "%s", reason);
+    return -1;
+}
+
+tq_backend *tq_cuda_backend_new(int device, int benchmark, char *why, size_t why_len) {
+    (void)device; (void)benchmark;
+    if (why) snprintf(why, why_len, "%s", reason);
+    return NULL;
+}
+
+const char *tq_cuda_backend_name(tq_backend *be) { (void)be; return NULL; }
