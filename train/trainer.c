@@ -371,7 +371,7 @@ int tq_train(const tq_spec *sp, const tq_run_opts *o, tq_summary *sum) {
     int stop = 0;
     int last_eval_step = -1;
     for (int64_t s = start; s < total && !stop; s++) {
-        double t0 = tq_mono_ms();
+        double t0 = I->now_ms(be);   /* the stream is idle here: the last step ended with a sync */
         int64_t epoch = s / spe;
         if (epoch != r.perm_epoch) { tq_epoch_order(r.perm, N, sp->seed, epoch, sp->shuffle); r.perm_epoch = epoch; }
         I->memset0(be, r.e.grads, g->nparam_elems * 4);
@@ -405,7 +405,7 @@ int tq_train(const tq_spec *sp, const tq_run_opts *o, tq_summary *sum) {
             scale = fs;
         }
         I->sync(be);
-        double ms = tq_mono_ms() - t0;
+        double ms = I->now_ms(be) - t0;   /* CUDA events on the GPU, the monotonic clock on the CPU */
         loss = sc[0] / ((double)b * accum);
         tq_step_rec rec = {0};
         rec.step = s + 1;

@@ -6,8 +6,12 @@
  * - Memory: every block is one cudaMalloc (the engine allocates one block per planner region,
  *   before the first step, and nothing inside a step). A small host-side table remembers each
  *   block's size so that free() subtracts exactly what alloc() added to be->bytes_live.
- * - One non-blocking stream per backend; cuDNN and cuBLASLt run on it. to_device/to_host are
- *   synchronous with respect to the host (the trainer reads the step's scalars once per step).
+ * - One non-blocking stream per backend; cuDNN and cuBLASLt run on it. to_host is synchronous
+ *   (the trainer reads the step's scalars once per step: the step's one sync). to_device of a
+ *   small block (a micro-batch's sample indices and crop offsets) is asynchronous: the bytes are
+ *   copied into a ring of pinned staging slots, and a slot is reused only after the event of
+ *   its last copy has completed, so the caller may reuse its buffer at once and the host runs
+ *   ahead of the GPU. Larger blocks (the dataset, the initial weights) are copied synchronously.
  * - fp32 math is exact fp32: TF32 is off for cuDNN (engine choice in cuda_conv.c) and cuBLASLt
  *   (COMPUTE_32F), so GPU results can be checked against the CPU backend at 1e-4.
  */
@@ -76,7 +80,17 @@ int tq_cuda_devices(tq_cuda_devinfo *out, int max, char *why, size_t why_len) {
 /* ---- memory: a host table of live blocks (pointer -> size) ---- */
 
 typedef struct { void *p; size_t bytes; } blk;
-typedef struct { tqc_ctx c; blk *blks; size_t nblk, cap; cudaEvent_t t0; } ctx_full;
+#define STG_SLOTS 16
+#define STG_BYTES ((size_t)64 << 10)
+typedef struct { void *buf; cudaEvent_t done; } stg_slot;   /* pinned host staging */
+typedef struct {
+    tqc_ctx c;
+    blk *blks;
+    size_t nblk, cap;
+    cudaEvent_t t0;
+    stg_slot stg[STG_SLOTS];
+    int stg_next;
+} ctx_full;
 
 static void *cu_alloc(tq_backend *be, size_t bytes) {
     ctx_full *f = (ctx_full *)be->ctx;
@@ -127,6 +141,18 @@ static void cu_memset0(tq_backend *be, void *p, size_t bytes) {
 }
 static void cu_to_device(tq_backend *be, void *dst, const void *src, size_t bytes) {
     if (!bytes) return;
+    ctx_full *f = (ctx_full *)be->ctx;
+    stg_slot *sl = &f->stg[f->stg_next];
+    if (bytes <= STG_BYTES && sl->buf) {
+        f->stg_next = (f->stg_next + 1) % STG_SLOTS;
+        /* the slot's previous copy must have left it (usually long ago) */
+        if (tqc_cuda_fail(be, cudaEventSynchronize(sl->done), "cudaEventSynchronize(staging)", __FILE__, __LINE__)) return;
+        memcpy(sl->buf, src, bytes);
+        if (tqc_cuda_fail(be, cudaMemcpyAsync(dst, sl->buf, bytes, cudaMemcpyHostToDevice, f->c.stream),
+                          "cudaMemcpyAsync(H2D staged)", __FILE__, __LINE__)) return;
+        tqc_cuda_fail(be, cudaEventRecord(sl->done, f->c.stream), "cudaEventRecord(staging)", __FILE__, __LINE__);
+        return;
+    }
     tqc_cuda_fail(be, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, tqc(be)->stream),
                   "cudaMemcpyAsync(H2D)", __FILE__, __LINE__);
     /* the source is pageable host memory the caller may reuse at once */
@@ -180,6 +206,10 @@ static void cu_destroy(tq_backend *be) {
     if (c->cudnn) cudnnDestroy((cudnnHandle_t)c->cudnn);
     if (c->ev) cudaEventDestroy(c->ev);
     if (f->t0) cudaEventDestroy(f->t0);
+    for (int i = 0; i < STG_SLOTS; i++) {
+        if (f->stg[i].buf) cudaFreeHost(f->stg[i].buf);
+        if (f->stg[i].done) cudaEventDestroy(f->stg[i].done);
+    }
     if (c->stream) cudaStreamDestroy(c->stream);
     cudaGetLastError();
     free(f);
@@ -267,6 +297,12 @@ tq_backend *tq_cuda_backend_new(int device, int benchmark, char *why, size_t why
     if ((e = cudaEventRecord(f->t0, c->stream)) != cudaSuccess) goto cuda_fail;
     step = "cudaMalloc(scratch)";
     if ((e = cudaMalloc(&c->scratch, TQC_SCRATCH_BYTES)) != cudaSuccess) goto cuda_fail;
+    for (int i = 0; i < STG_SLOTS; i++) {
+        step = "cudaEventCreateWithFlags(staging)";
+        if ((e = cudaEventCreateWithFlags(&f->stg[i].done, cudaEventDisableTiming)) != cudaSuccess) goto cuda_fail;
+        step = "cudaMallocHost(staging)";
+        if ((e = cudaMallocHost(&f->stg[i].buf, STG_BYTES)) != cudaSuccess) goto cuda_fail;
+    }
 
     cudnnHandle_t h;
     cudnnStatus_t st = cudnnCreate(&h);
