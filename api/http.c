@@ -31,6 +31,7 @@ static const route routes[] = {
     { "GET",    "/v1/jobs/{id}/events",  tq_h_events },
     { "POST",   "/v1/jobs/{id}/cancel",  tq_h_cancel },
     { "GET",    "/v1/jobs/{id}/model",   tq_h_model },
+    { "GET",    "/v1/compare",           tq_h_compare },
     { "GET",    "/v1/devices",           tq_h_devices },
     { "GET",    "/healthz",              tq_h_health },
     { "GET",    "/metrics",              tq_h_metrics },

@@ -85,6 +85,9 @@ enum MHD_Result tq_h_devices(tq_ctx *);
 enum MHD_Result tq_h_health(tq_ctx *);
 enum MHD_Result tq_h_metrics(tq_ctx *);
 
+/* compare.c */
+enum MHD_Result tq_h_compare(tq_ctx *);
+
 /* sse.c */
 enum MHD_Result tq_h_events(tq_ctx *);
 int tq_sse_start(tq_api *);         /* the ticker that resumes suspended streams */
