@@ -15,12 +15,24 @@
 #define TQ_API_H
 #include <stddef.h>
 
+/* A GPU as the daemon's probe saw it (a `trainq devices` child at start: the daemon itself
+ * never creates a CUDA context, so it holds no device memory and forks its workers cleanly). */
+typedef struct {
+    int ordinal;
+    char name[96];
+    char arch[16];               /* "sm_90" */
+    long long total_bytes, free_bytes;   /* free: at the probe, before any job of ours ran */
+} tq_api_gpu;
+
 typedef struct {
     const char *host;            /* listen address: "127.0.0.1", "::1", "0.0.0.0", "localhost" */
     unsigned short port;
     const char *db_path;
     const char *jobs_dir;        /* <state dir>/jobs: a job's files are jobs_dir/<id>/ */
-    const char *devices;         /* "cpu" (what /v1/devices lists) */
+    const char *devices;         /* the daemon's --devices: auto, cpu or cuda:N */
+    const tq_api_gpu *gpus;      /* the GPUs jobs may use (copied); NULL/0: none */
+    int ngpus;
+    const char *cuda;            /* "available", or why no GPU is used (one line) */
     const char *allowed_hosts;   /* extra Host names, comma-separated; NULL none */
     unsigned threads;            /* pool size, 0: 4 */
     size_t max_body;             /* bytes, 0: 64 KiB */

@@ -46,6 +46,39 @@ static long long mem_available(void) {
     return kb < 0 ? -1 : kb * 1024;
 }
 
+/* Where a job asking for device `dev` runs under this daemon (worker.c's bind_device, then
+ * the trainer's auto rule): *gpu is the GPU, or NULL for the CPU. 0, or -1 with why[] when the
+ * job names a device this daemon cannot give it. */
+static int job_target(const tq_api *a, const char *dev, const tq_api_gpu **gpu, char *why, size_t n) {
+    *gpu = NULL;
+    int job_gpu = !strncmp(dev, "cuda", 4);
+    if (!strcmp(a->devices, "cpu")) {
+        if (!job_gpu) return 0;
+        snprintf(why, n, "the job asks for device \"%s\", but this daemon runs jobs on the CPU only (--devices cpu)", dev);
+        return -1;
+    }
+    if (!strcmp(dev, "cpu")) return 0;
+    int want = !strncmp(dev, "cuda:", 5) ? atoi(dev + 5) : -1;   /* -1: the first GPU */
+    if (strcmp(a->devices, "auto")) {                               /* --devices cuda:N */
+        int dn = atoi(a->devices + 5);
+        if (want >= 0 && want != dn) {
+            snprintf(why, n, "the job asks for device \"%s\", but this daemon runs jobs on %s (--devices)", dev, a->devices);
+            return -1;
+        }
+        want = dn;
+        job_gpu = 1;
+    }
+    for (int i = 0; i < a->ngpus; i++)
+        if (want < 0 || a->gpus[i].ordinal == want) { *gpu = &a->gpus[i]; return 0; }
+    if (!job_gpu) return 0;                                         /* auto without a GPU: the CPU */
+    if (a->ngpus == 0)
+        snprintf(why, n, "the job asks for device \"%s\", but this daemon has no GPU: %s", dev, a->cuda);
+    else
+        snprintf(why, n, "the job asks for device \"%s\", but cuda:%d does not exist (this daemon has %d GPU%s, cuda:0..cuda:%d)",
+                 dev, want, a->ngpus, a->ngpus == 1 ? "" : "s", a->ngpus - 1);
+    return -1;
+}
+
 /* What the plan depends on; specs with the same key have the same plan. */
 static void plan_key(const tq_spec *sp, char *k, size_t n) {
     snprintf(k, n, "%d|%d|%.1024s|%d|%d|%d|%d|%lld|%lld|%lld|%lld|%d|%d|%d", (int)sp->model,
@@ -105,6 +138,10 @@ enum MHD_Result tq_h_submit(tq_ctx *c) {
         if (old < 0) return tq_send_store_error(c, s, (int)old);
         if (old > 0) return send_job(c, s, old, MHD_HTTP_OK);
     }
+    const tq_api_gpu *gpu = NULL;
+    char why[512];
+    if (job_target(c->api, sp.device, &gpu, why, sizeof why))
+        return tq_send_error(c, MHD_HTTP_UNPROCESSABLE_CONTENT, "device_unavailable", "device", "%s", why);
     long long total = 0, data = 0;
     char code[32] = "", err[512] = "";
     if (plan_cached(c->api, &sp, &total, &data, code, sizeof code, err, sizeof err)) {
@@ -118,11 +155,17 @@ enum MHD_Result tq_h_submit(tq_ctx *c) {
                              "the dataset), over max_memory_mb %lld (%lld bytes)", need,
                              need / 1048576.0, total, data, (long long)sp.max_memory_mb,
                              (long long)sp.max_memory_mb * 1048576LL);
-    long long avail = mem_available();
+    /* the device's free memory: the host's for the CPU; for a GPU, what the probe saw before
+     * any job of ours ran (jobs run one at a time). The plan uses the CPU backend's workspace
+     * sizes; cuDNN's are known only on the device, and the worker checks again with those. */
+    long long avail = gpu ? gpu->free_bytes : mem_available();
+    char where[160];
+    if (gpu) snprintf(where, sizeof where, "cuda:%d's (%s)", gpu->ordinal, gpu->name);
+    else snprintf(where, sizeof where, "the host's");
     if (avail > 0 && need > avail)
         return tq_send_error(c, MHD_HTTP_UNPROCESSABLE_CONTENT, "cannot_fit", NULL,
-                             "the planned peak is %lld bytes (%.1f MiB), more than the device's free "
-                             "memory, %lld bytes (%.1f MiB)", need, need / 1048576.0, avail,
+                             "the planned peak is %lld bytes (%.1f MiB), more than %s free "
+                             "memory, %lld bytes (%.1f MiB)", need, need / 1048576.0, where, avail,
                              avail / 1048576.0);
     char *spec_json = tq_spec_to_json(&sp);
     if (!spec_json) return tq_send_error(c, MHD_HTTP_INTERNAL_SERVER_ERROR, "internal", NULL, "out of memory");
@@ -303,6 +346,15 @@ static int running_job(tq_store *s, tq_job *out) {
     return 1;
 }
 
+static void add_job_of(cJSON *d, const char *id, int have, const tq_job *j) {
+    if (have && !strcmp(j->device, id)) {
+        cJSON_AddNumberToObject(d, "job", (double)j->id);
+        if (j->has_latest) cJSON_AddNumberToObject(d, "job_mem_reserved_bytes", (double)j->latest.mem_reserved_bytes);
+    } else {
+        cJSON_AddNullToObject(d, "job");
+    }
+}
+
 enum MHD_Result tq_h_devices(tq_ctx *c) {
     CHECK_QUERY(c, no_params);
     tq_store *s = tq_api_store(c);
@@ -310,7 +362,22 @@ enum MHD_Result tq_h_devices(tq_ctx *c) {
     tq_job j;
     int r = running_job(s, &j);
     if (r < 0) return tq_send_store_error(c, s, TQ_STORE_ERR);
+    const tq_api *a = c->api;
     cJSON *o = cJSON_CreateObject(), *arr = cJSON_AddArrayToObject(o, "devices");
+    for (int i = 0; i < a->ngpus; i++) {
+        const tq_api_gpu *g = &a->gpus[i];
+        char id[24];
+        snprintf(id, sizeof id, "cuda:%d", g->ordinal);
+        cJSON *d = cJSON_CreateObject();
+        cJSON_AddStringToObject(d, "id", id);
+        cJSON_AddStringToObject(d, "backend", "cuda");
+        cJSON_AddStringToObject(d, "name", g->name);
+        cJSON_AddStringToObject(d, "arch", g->arch);
+        cJSON_AddNumberToObject(d, "memory_total_bytes", (double)g->total_bytes);
+        cJSON_AddNumberToObject(d, "memory_free_bytes", (double)g->free_bytes);
+        add_job_of(d, id, r == 1, &j);
+        cJSON_AddItemToArray(arr, d);
+    }
     cJSON *d = cJSON_CreateObject();
     cJSON_AddStringToObject(d, "id", "cpu");
     cJSON_AddStringToObject(d, "backend", "cpu");
@@ -320,15 +387,11 @@ enum MHD_Result tq_h_devices(tq_ctx *c) {
     if (avail >= 0) cJSON_AddNumberToObject(d, "memory_free_bytes", (double)avail);
     else cJSON_AddNullToObject(d, "memory_free_bytes");
     cJSON_AddNumberToObject(d, "threads", (double)sysconf(_SC_NPROCESSORS_ONLN));
-    if (r == 1) {
-        cJSON_AddNumberToObject(d, "job", (double)j.id);
-        if (j.has_latest) cJSON_AddNumberToObject(d, "job_mem_reserved_bytes", (double)j.latest.mem_reserved_bytes);
-        tq_job_free(&j);
-    } else {
-        cJSON_AddNullToObject(d, "job");
-    }
+    add_job_of(d, "cpu", r == 1, &j);
     cJSON_AddItemToArray(arr, d);
-    cJSON_AddStringToObject(o, "cuda", "not built: this trainq was compiled without the CUDA backend");
+    if (r == 1) tq_job_free(&j);
+    cJSON_AddStringToObject(o, "cuda", a->cuda);
+    cJSON_AddStringToObject(o, "devices_flag", a->devices);
     return tq_send_json(c, MHD_HTTP_OK, o);
 }
 

@@ -372,6 +372,7 @@ static char *dupz(const char *s) { return s ? strdup(s) : strdup(""); }
 static void api_free(tq_api *a) {
     if (!a) return;
     free(a->host); free(a->db_path); free(a->jobs_dir); free(a->devices); free(a->allowed_hosts);
+    free(a->cuda); free(a->gpus);
     pthread_mutex_destroy(&a->sse_mu);
     pthread_mutex_destroy(&a->plan_mu);
     pthread_key_delete(a->store_key);
@@ -389,6 +390,13 @@ tq_api *tq_api_start(const tq_api_config *cfg, char *err, size_t errlen) {
     pthread_mutex_init(&a->sse_mu, NULL);
     pthread_mutex_init(&a->plan_mu, NULL);
     pthread_key_create(&a->store_key, close_store);
+    a->cuda = dupz(cfg->cuda ? cfg->cuda : "not probed");
+    if (cfg->ngpus > 0 && cfg->gpus) {
+        a->gpus = malloc((size_t)cfg->ngpus * sizeof *a->gpus);
+        if (!a->gpus) { snprintf(err, errlen, "out of memory"); api_free(a); return NULL; }
+        memcpy(a->gpus, cfg->gpus, (size_t)cfg->ngpus * sizeof *a->gpus);
+        a->ngpus = cfg->ngpus;
+    }
 
     struct addrinfo hints = { .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
                               .ai_flags = AI_PASSIVE | AI_NUMERICSERV }, *ai = NULL;

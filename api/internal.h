@@ -15,7 +15,9 @@ typedef struct tq_sse tq_sse;
 
 struct tq_api {
     struct MHD_Daemon *mhd;
-    char *host, *db_path, *jobs_dir, *devices, *allowed_hosts;
+    char *host, *db_path, *jobs_dir, *devices, *allowed_hosts, *cuda;
+    tq_api_gpu *gpus;            /* the probe's GPUs (ngpus of them) */
+    int ngpus;
     unsigned short port;
     size_t max_body;
     pthread_key_t store_key;     /* each pool thread's tq_store */

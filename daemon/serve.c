@@ -32,6 +32,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <poll.h>
 #include <sys/file.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
@@ -152,6 +153,80 @@ static int check_devices(const char *d) {
         return 2;
     }
     return 0;
+}
+
+/* ---- the GPUs ------------------------------------------------------------------------- */
+
+/* The GPUs jobs may use, from a `trainq devices` child (its JSON on stdout): the daemon never
+ * creates a CUDA context of its own, which would hold device memory for nothing and make the
+ * workers' fork unsafe. Returns the count; 0 with why[] saying why there is none. Called
+ * before any thread exists. */
+static int probe_gpus(const char *devices, tq_api_gpu *out, int max, char *why, size_t n) {
+    if (!strcmp(devices, "cpu")) { snprintf(why, n, "not used: trainq serve --devices cpu"); return 0; }
+    if (!tq_cuda_built()) { tq_cuda_devices(NULL, 0, why, n); return 0; }
+    int fd[2];
+    if (pipe2(fd, O_CLOEXEC)) { snprintf(why, n, "probing the GPUs: pipe: %s", strerror(errno)); return 0; }
+    pid_t pid = fork();
+    if (pid < 0) {
+        snprintf(why, n, "probing the GPUs: fork: %s", strerror(errno));
+        close(fd[0]); close(fd[1]);
+        return 0;
+    }
+    if (pid == 0) {
+        dup2(fd[1], 1);
+        int dn = open("/dev/null", O_WRONLY);
+        if (dn >= 0) dup2(dn, 2);
+        execl("/proc/self/exe", "trainq", "devices", (char *)NULL);
+        _exit(127);
+    }
+    close(fd[1]);
+    char buf[16384];
+    size_t len = 0;
+    double deadline = mono_ms() + 60000;   /* a first CUDA start can take seconds */
+    int timed_out = 0;
+    for (;;) {
+        struct pollfd p = { fd[0], POLLIN, 0 };
+        double left = deadline - mono_ms();
+        if (left <= 0) { timed_out = 1; break; }
+        int k = poll(&p, 1, (int)left);
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0) { timed_out = 1; break; }
+        ssize_t r = read(fd[0], buf + len, sizeof buf - 1 - len);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) break;
+        len += (size_t)r;
+        if (len == sizeof buf - 1) break;
+    }
+    close(fd[0]);
+    if (timed_out) kill(pid, SIGKILL);
+    int ws = 0;
+    while (waitpid(pid, &ws, 0) < 0 && errno == EINTR) {}
+    buf[len] = 0;
+    if (timed_out) { snprintf(why, n, "probing the GPUs: `trainq devices` did not answer within 60 s"); return 0; }
+    cJSON *o = cJSON_Parse(buf);
+    if (!o) {
+        snprintf(why, n, "probing the GPUs: `trainq devices` %s", WIFSIGNALED(ws) ? "was killed by a signal" : "printed no JSON");
+        return 0;
+    }
+    int count = 0;
+    cJSON *d;
+    cJSON_ArrayForEach(d, cJSON_GetObjectItem(o, "devices")) {
+        const char *id = cJSON_GetStringValue(cJSON_GetObjectItem(d, "id"));
+        if (!id || strncmp(id, "cuda:", 5) || count >= max) continue;
+        tq_api_gpu *g = &out[count++];
+        memset(g, 0, sizeof *g);
+        g->ordinal = atoi(id + 5);
+        const char *name = cJSON_GetStringValue(cJSON_GetObjectItem(d, "name"));
+        const char *arch = cJSON_GetStringValue(cJSON_GetObjectItem(d, "arch"));
+        snprintf(g->name, sizeof g->name, "%s", name ? name : "?");
+        snprintf(g->arch, sizeof g->arch, "%s", arch ? arch : "?");
+        g->total_bytes = (long long)cJSON_GetNumberValue(cJSON_GetObjectItem(d, "memory_total_bytes"));
+        g->free_bytes = (long long)cJSON_GetNumberValue(cJSON_GetObjectItem(d, "memory_free_bytes"));
+    }
+    const char *cu = cJSON_GetStringValue(cJSON_GetObjectItem(o, "cuda"));
+    snprintf(why, n, "%s", count ? "available" : cu ? cu : "no CUDA device found");
+    cJSON_Delete(o);
+    return count;
 }
 
 /* ---- the worker ----------------------------------------------------------------------- */
@@ -288,6 +363,21 @@ int tq_cmd_serve(int argc, char **argv) {
     if (requeued || failed)
         fprintf(stderr, "trainq serve: found jobs left running: %d requeued, %d failed (max_attempts)\n", requeued, failed);
 
+    /* the GPUs, before any thread exists (the probe forks) */
+    tq_api_gpu gpus[16];
+    char cuda_why[300];
+    int ngpus = probe_gpus(cfg.devices, gpus, 16, cuda_why, sizeof cuda_why);
+    for (int i = 0; i < ngpus; i++)
+        fprintf(stderr, "trainq serve: cuda:%d: %s (%s), %.1f of %.1f GiB free\n", gpus[i].ordinal, gpus[i].name,
+                gpus[i].arch, gpus[i].free_bytes / 1073741824.0, gpus[i].total_bytes / 1073741824.0);
+    if (!ngpus) fprintf(stderr, "trainq serve: no GPU: %s; jobs run on the CPU\n", cuda_why);
+    if (strncmp(cfg.devices, "cuda:", 5) == 0) {
+        int want = atoi(cfg.devices + 5), found = 0;
+        for (int i = 0; i < ngpus; i++) found |= gpus[i].ordinal == want;
+        if (!found) fprintf(stderr, "trainq serve: --devices %s: no such GPU now (%s); jobs for it will be refused\n",
+                            cfg.devices, ngpus ? "see the list above" : cuda_why);
+    }
+
     /* signals before any thread exists: the API's threads inherit the mask/handlers */
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
@@ -297,7 +387,7 @@ int tq_cmd_serve(int argc, char **argv) {
     sigaction(SIGINT, &sa, NULL);
     signal(SIGPIPE, SIG_IGN);
 
-    tq_api_config ac = { host, port, cfg.db, jobs_dir, "cpu",
+    tq_api_config ac = { host, port, cfg.db, jobs_dir, cfg.devices, gpus, ngpus, cuda_why,
                          cfg.allowed_hosts[0] ? cfg.allowed_hosts : NULL, cfg.threads, 0 };
     tq_api *api = tq_api_start(&ac, err, sizeof err);
     if (!api) {

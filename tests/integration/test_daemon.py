@@ -316,8 +316,8 @@ def make_daemon(tmp_path):
     daemon still running gets SIGTERM and must exit 0; workers left behind are killed."""
     made = []
 
-    def make(state_dir=None, env=None, args=()):
-        d = Daemon(state_dir or tmp_path / "state", env=env, args=args)
+    def make(state_dir=None, env=None, args=(), devices="cpu"):
+        d = Daemon(state_dir or tmp_path / "state", env=env, devices=devices, args=args)
         made.append(d)
         return d.start()
 
@@ -417,6 +417,44 @@ def test_healthz_devices_metrics(daemon):
     assert r.status == 200, r
     assert r.ctype.startswith("text/plain"), r      # text/plain; version=0.0.4
     check_prometheus(r.body.decode())
+
+
+def test_devices_and_gpu_refusal(make_daemon, tmp_path):
+    """A job naming a GPU the daemon cannot give it is refused at submit (422
+    device_unavailable, field "device", the reason in the message) and no job is created;
+    /v1/devices lists each device with the job it runs and says why no GPU is used."""
+    d = make_daemon()                                   # --devices cpu
+    for dev in ("cuda", "cuda:0", "cuda:3"):
+        err = check_error(d.request("POST", "/v1/jobs", small(device=dev)), 422, "device")
+        assert err["code"] == "device_unavailable" and "--devices cpu" in err["message"], err
+    assert d.get("/v1/jobs")["jobs"] == []
+    devs = d.get("/v1/devices")
+    assert [x["id"] for x in devs["devices"]] == ["cpu"] and "not used" in devs["cuda"], devs
+
+    a = make_daemon(state_dir=tmp_path / "auto", devices="auto")
+    devs = a.get("/v1/devices")
+    gpus = [x for x in devs["devices"] if x["backend"] == "cuda"]
+    for g in gpus:
+        assert g["id"].startswith("cuda:") and g["name"] and g["arch"].startswith("sm_"), g
+        assert 0 < g["memory_free_bytes"] <= g["memory_total_bytes"], g
+    if gpus:
+        assert devs["cuda"] == "available", devs
+        err = check_error(a.request("POST", "/v1/jobs", small(device="cuda:%d" % len(gpus))), 422, "device")
+        assert "does not exist" in err["message"], err
+    else:                                              # no GPU here: the probe's reason, verbatim
+        assert devs["cuda"] and devs["cuda"] != "available", devs
+        err = check_error(a.request("POST", "/v1/jobs", small(device="cuda:0")), 422, "device")
+        assert err["code"] == "device_unavailable" and devs["cuda"] in err["message"], err
+    job = a.submit(small(device="auto", steps=5000))
+    want = gpus[0]["id"] if gpus else "cpu"
+    wait_until(lambda: a.get("/v1/jobs/%d" % job["id"])["state"] == "running", 60, "job running")
+    seen = wait_until(lambda: [x for x in a.get("/v1/devices")["devices"] if x.get("job") == job["id"]],
+                      60, "the running job on /v1/devices")
+    assert [x["id"] for x in seen] == [want], seen
+    a.request("POST", "/v1/jobs/%d/cancel" % job["id"])
+    j = wait_until(lambda: (lambda j: j if j["state"] != "running" else None)(a.get("/v1/jobs/%d" % job["id"])),
+                   60, "job stopped")
+    assert j["device"] == want, j
 
 
 def test_config_example_is_accepted(make_daemon):
