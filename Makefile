@@ -11,7 +11,7 @@ OPT     ?= -O2
 CFLAGS  ?= $(OPT) -g
 CFLAGS  += -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wno-unused-parameter -Wshadow \
            -fopenmp -march=x86-64-v2 -mtune=native -I. -Ikernels -Itrain $(EXTRA_CFLAGS)
-LDLIBS  += -lopenblas -lsqlite3 -lcjson -lmicrohttpd -lz -lm -lpthread -fopenmp
+LDLIBS  += -ldnnl -lopenblas -lsqlite3 -lcjson -lmicrohttpd -lz -lm -lpthread -fopenmp
 PYTHON  ?= /usr/bin/python3
 
 LIB_SRC  := $(wildcard kernels/cpu/*.c) $(wildcard train/*.c) $(wildcard schema/*.c) $(wildcard api/*.c)

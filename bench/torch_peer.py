@@ -32,6 +32,8 @@ def main(argv=None):
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--dataset", default="synthetic", choices=("synthetic", "fashion-mnist"))
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--channels-last", action="store_true",
+                    help="model and inputs in torch.channels_last (NHWC, as trainq stores them)")
     a = ap.parse_args(argv)
     if a.batch < 1 or a.threads < 1 or a.steps < 1 or a.warmup < 0:
         ap.error("--batch, --threads and --steps must be >= 1, --warmup >= 0")
@@ -54,6 +56,9 @@ def main(argv=None):
                    for _ in range(min(total, 8))]
 
     model = tq.build_model(a.model, in_ch, h, w)
+    if a.channels_last:
+        model = model.to(memory_format=torch.channels_last)
+        batches = [(xb.contiguous(memory_format=torch.channels_last), yb) for xb, yb in batches]
     model.train()
     opt = tq.make_optimizer(model, SGD)
     times = []
@@ -75,7 +80,7 @@ def main(argv=None):
         "model": a.model, "batch": a.batch, "threads": a.threads,
         "samples_per_s": round(a.batch / med, 2), "step_ms_median": round(med * 1e3, 3),
         "steps": a.steps, "warmup": a.warmup, "dataset": a.dataset,
-        "final_loss": lv, "torch": torch.__version__,
+        "channels_last": a.channels_last, "final_loss": lv, "torch": torch.__version__,
     }))
     return 0
 

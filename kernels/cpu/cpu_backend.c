@@ -2,7 +2,8 @@
  *
  * Memory: every block carries a 64-byte header in front of it holding its requested size, so
  * that free() can subtract exactly what alloc() added to bytes_live; user pointers are 64-byte
- * aligned. The ops themselves live in cpu_conv.c, cpu_bn.c, cpu_elem.c and cpu_pool.c.
+ * aligned. The ops themselves live in cpu_conv.c (+ cpu_dnnl.c), cpu_bn.c, cpu_elem.c and
+ * cpu_pool.c. be->ctx is a tq_cpu_ctx (the oneDNN primitive cache), freed by destroy.
  */
 #include <stdarg.h>
 #include <stdio.h>
@@ -77,7 +78,12 @@ static int cpu_mem_info(tq_backend *be, size_t *free_bytes, size_t *total_bytes)
     (void)be; *free_bytes = *total_bytes = 0;
     return -1;
 }
-static void cpu_destroy(tq_backend *be) { (void)be; }
+static void cpu_destroy(tq_backend *be) {
+    tq_cpu_ctx *cx = be->ctx;
+    if (cx) tq_dnnl_free(cx->dnnl);
+    free(cx);
+    be->ctx = NULL;
+}
 
 static const tq_backend_i cpu_iface = {
     .name = "cpu",
@@ -123,7 +129,11 @@ tq_backend *tq_cpu_backend_new(int threads) {
     tq_backend *be = calloc(1, sizeof *be);
     if (!be) return NULL;
     be->i = &cpu_iface;
-    be->ctx = NULL;
+    be->ctx = calloc(1, sizeof(tq_cpu_ctx));   /* oneDNN state, created on first use */
+    if (!be->ctx) {
+        free(be);
+        return NULL;
+    }
     /* GEMMs are threaded by our OpenMP teams (see cpu_conv.c): OpenBLAS itself runs on one
      * thread, always, or its pthread pool and the OpenMP team fight over the cores. */
     openblas_set_num_threads(1);

@@ -1,5 +1,9 @@
 /* cpu_conv.c — convolution (im2col + SGEMM) and linear (a 1×1 convolution over N×1×1 images).
  *
+ * f32 convolutions run through oneDNN (cpu_dnnl.c) when it has primitives for the descriptor;
+ * conv_ws then counts oneDNN's workspace for those ops. Everything below is the path for
+ * f16/bf16, linear layers, and any descriptor oneDNN does not take (or TQ_CPU_DNNL=0).
+ *
  * Shapes: x [N][H][W][C], w [K][R][S][C] (= [K][RSC]), y [N][P][Q][K].
  *   fwd:         Y[NPQ][K]   = cols[NPQ][RSC] · W[K][RSC]^T (+ bias)
  *   bwd_data:    stride 1 (pad <= R−1, S−1): the forward convolution of dY with the flipped,
@@ -168,16 +172,26 @@ static void layout(const cgeom *g, tq_dtype dt, int op, int nt, clayout *L) {
     L->bytes = f * sizeof(float);
 }
 
-size_t tq_cpu_conv_ws(tq_backend *be, const tq_conv_desc *d, tq_dtype dt) {
+/* the maximum over the three ops; f32 convolutions (dnnl = 1) count oneDNN's requirement for
+ * each op it runs, the im2col layout's for the others */
+static size_t conv_ws_impl(tq_backend *be, const tq_conv_desc *d, tq_dtype dt, int dnnl) {
     cgeom g;
     if (geom(be, "conv_ws", d, dt, &g)) return 0;
     size_t m = 0;
     for (int op = OP_FWD; op <= OP_BWD_FILTER; op++) {
-        clayout L;
-        layout(&g, dt, op, tq_cpu_nt(be), &L);
-        if (L.bytes > m) m = L.bytes;
+        size_t b;
+        if (!(dnnl && dt == TQ_F32 && tq_dnnl_conv_need(be, d, op, &b))) {
+            clayout L;
+            layout(&g, dt, op, tq_cpu_nt(be), &L);
+            b = L.bytes;
+        }
+        if (b > m) m = b;
     }
     return m;
+}
+
+size_t tq_cpu_conv_ws(tq_backend *be, const tq_conv_desc *d, tq_dtype dt) {
+    return conv_ws_impl(be, d, dt, 1);
 }
 
 static int get_layout(tq_backend *be, const char *opname, const tq_conv_desc *d, tq_dtype dt,
@@ -596,16 +610,32 @@ static int conv_bwd_filter_impl(tq_backend *be, const char *nm, const tq_conv_de
     return TQ_OK;
 }
 
+/* f32 convolutions go to oneDNN first (TQ_DNNL_NA: it does not run this descriptor) */
 int tq_cpu_conv_fwd(tq_backend *be, const tq_conv_desc *d, tq_dtype dt, void *y, const void *x,
                     const void *w, const float *bias, void *ws, size_t ws_bytes) {
+    cgeom g;
+    if (dt == TQ_F32 && !geom(be, "conv_fwd", d, dt, &g)) {
+        int rc = tq_dnnl_conv_fwd(be, d, y, x, w, bias, ws, ws_bytes);
+        if (rc != TQ_DNNL_NA) return rc;
+    }
     return conv_fwd_impl(be, "conv_fwd", d, dt, y, x, w, bias, ws, ws_bytes);
 }
 int tq_cpu_conv_bwd_data(tq_backend *be, const tq_conv_desc *d, tq_dtype dt, void *dx,
                          float beta, const void *dy, const void *w, void *ws, size_t ws_bytes) {
+    cgeom g;
+    if (dt == TQ_F32 && !geom(be, "conv_bwd_data", d, dt, &g)) {
+        int rc = tq_dnnl_conv_bwd_data(be, d, dx, beta, dy, w, ws, ws_bytes);
+        if (rc != TQ_DNNL_NA) return rc;
+    }
     return conv_bwd_data_impl(be, "conv_bwd_data", d, dt, dx, beta, dy, w, ws, ws_bytes);
 }
 int tq_cpu_conv_bwd_filter(tq_backend *be, const tq_conv_desc *d, tq_dtype dt, float *dw,
                            float *db, const void *x, const void *dy, void *ws, size_t ws_bytes) {
+    cgeom g;
+    if (dt == TQ_F32 && !geom(be, "conv_bwd_filter", d, dt, &g)) {
+        int rc = tq_dnnl_conv_bwd_filter(be, d, dw, db, x, dy, ws, ws_bytes);
+        if (rc != TQ_DNNL_NA) return rc;
+    }
     return conv_bwd_filter_impl(be, "conv_bwd_filter", d, dt, dw, db, x, dy, ws, ws_bytes);
 }
 
@@ -618,7 +648,7 @@ static tq_conv_desc lin_desc(int n, int in, int out) {
 
 size_t tq_cpu_linear_ws(tq_backend *be, int n, int in, int out, tq_dtype dt) {
     tq_conv_desc d = lin_desc(n, in, out);
-    return tq_cpu_conv_ws(be, &d, dt);
+    return conv_ws_impl(be, &d, dt, 0);
 }
 int tq_cpu_linear_fwd(tq_backend *be, int n, int in, int out, tq_dtype dt, void *y, const void *x,
                       const void *w, const float *bias, void *ws, size_t ws_bytes) {

@@ -3,8 +3,9 @@
  * Contract: the tq_cpu_* functions below are the CPU implementations of tq_backend_i's slots
  * (same arguments, same semantics as backend.h); cpu_backend.c puts them in the vtable. They
  * run on the caller's thread and fan out with OpenMP (be->threads threads); GEMMs go to
- * OpenBLAS, which threads itself. Nothing here allocates; scratch comes from the caller's
- * workspace or from bounded stack arrays.
+ * OpenBLAS (pinned to one thread, split by our teams), f32 convolutions to oneDNN. Nothing here
+ * allocates per call (oneDNN primitives are created once per descriptor and cached in be->ctx);
+ * scratch comes from the caller's workspace or from bounded stack arrays.
  */
 #ifndef TQ_CPU_INTERNAL_H
 #define TQ_CPU_INTERNAL_H
@@ -54,7 +55,26 @@ void tq_cpu_chan_sums(tq_backend *be, tq_red_mode mode, size_t m, size_t ld, siz
                       tq_dtype dt, const void *a, const void *b, const float *off, double *s0,
                       double *s1);
 
-/* memory / lifecycle: cpu_backend.c */
+/* memory / lifecycle: cpu_backend.c. be->ctx is a tq_cpu_ctx. */
+typedef struct tq_dnnl tq_dnnl;
+typedef struct {
+    tq_dnnl *dnnl;      /* oneDNN engine, stream and primitive cache (created on first use) */
+    int dnnl_off;       /* oneDNN unavailable or turned off (TQ_CPU_DNNL=0) */
+} tq_cpu_ctx;
+
+/* f32 convolutions through oneDNN: cpu_dnnl.c. The ops return TQ_DNNL_NA when oneDNN does not
+ * run this descriptor (turned off, or no primitive for the shape): the caller then runs the
+ * im2col path. tq_dnnl_conv_need: 1 and the workspace bytes of `kind` (0 fwd, 1 bwd_data,
+ * 2 bwd_filter) when oneDNN runs it, else 0. Descriptors must be valid (geom-checked). */
+#define TQ_DNNL_NA 1
+int tq_dnnl_conv_need(tq_backend *, const tq_conv_desc *, int kind, size_t *bytes);
+int tq_dnnl_conv_fwd(tq_backend *, const tq_conv_desc *, void *y, const void *x, const void *w,
+                     const float *bias, void *ws, size_t ws_bytes);
+int tq_dnnl_conv_bwd_data(tq_backend *, const tq_conv_desc *, void *dx, float beta,
+                          const void *dy, const void *w, void *ws, size_t ws_bytes);
+int tq_dnnl_conv_bwd_filter(tq_backend *, const tq_conv_desc *, float *dw, float *db,
+                            const void *x, const void *dy, void *ws, size_t ws_bytes);
+void tq_dnnl_free(tq_dnnl *);
 
 /* convolution and linear: cpu_conv.c */
 size_t tq_cpu_conv_ws(tq_backend *, const tq_conv_desc *, tq_dtype dt);

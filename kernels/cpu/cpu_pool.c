@@ -22,12 +22,28 @@ TQ_ALWAYS_INLINE int argmax4(float v[4]) {
     return am;
 }
 
+/* the value argmax4 picks, without branches: m takes v when v > m or v is NaN */
+TQ_ALWAYS_INLINE float pick(float m, float v) { return (v > m || v != v) ? v : m; }
+TQ_ALWAYS_INLINE float max4(float a, float b, float c, float d) {
+    return pick(pick(pick(a, b), c), d);
+}
+
 TQ_ALWAYS_INLINE void k_maxpool_row(tq_dtype dt, tq_shape s, int img, int oh, void *y,
                                     const void *x) {
     int Q = s.w / 2, C = s.c;
     size_t rs = (size_t)s.w * C;
     size_t r0 = ((size_t)img * s.h + 2 * oh) * rs;
     size_t yo = (((size_t)img * (s.h / 2) + oh) * Q) * C;
+    if (dt == TQ_F32) {      /* branch-free over the contiguous channels (vectorised) */
+        for (int q = 0; q < Q; q++) {
+            const float *a = (const float *)x + r0 + (size_t)(2 * q) * C, *b = a + C,
+                        *e = a + rs, *f = e + C;
+            float *o = (float *)y + yo + (size_t)q * C;
+#pragma omp simd
+            for (int c = 0; c < C; c++) o[c] = max4(a[c], b[c], e[c], f[c]);
+        }
+        return;
+    }
     for (int q = 0; q < Q; q++)
         for (int c = 0; c < C; c++) {
             size_t i00 = r0 + (size_t)(2 * q) * C + c;
@@ -62,6 +78,26 @@ TQ_ALWAYS_INLINE void mix1(tq_dtype dt, void *dx, size_t i, float beta, float v)
     tq_st(dx, dt, i, v);
 }
 
+/* g0_..g3_ = g at the window element argmax4 picks (v0..v3, first maximum, NaN wins), 0 at the
+ * others; branch-free selects so that the channel loop vectorises. t_k: v_k replaces the
+ * running maximum, which moves g from the earlier elements to v_k. */
+#define WIN_GRAD(v0, v1, v2, v3, g)                                        \
+    float m_ = (v0), g0_ = (g), g1_, g2_, g3_;                             \
+    int t1 = ((v1) > m_) | ((v1) != (v1));                                 \
+    m_ = t1 ? (v1) : m_;                                                   \
+    g1_ = t1 ? (g) : 0.0f;                                                 \
+    g0_ = t1 ? 0.0f : g0_;                                                 \
+    int t2 = ((v2) > m_) | ((v2) != (v2));                                 \
+    m_ = t2 ? (v2) : m_;                                                   \
+    g2_ = t2 ? (g) : 0.0f;                                                 \
+    g1_ = t2 ? 0.0f : g1_;                                                 \
+    g0_ = t2 ? 0.0f : g0_;                                                 \
+    int t3 = ((v3) > m_) | ((v3) != (v3));                                 \
+    g3_ = t3 ? (g) : 0.0f;                                                 \
+    g2_ = t3 ? 0.0f : g2_;                                                 \
+    g1_ = t3 ? 0.0f : g1_;                                                 \
+    g0_ = t3 ? 0.0f : g0_
+
 /* Input rows 2·oh, 2·oh+1 of image img (or the odd last row when 2·oh+1 == h). */
 TQ_ALWAYS_INLINE void k_maxpool_bwd_rows(tq_dtype dt, tq_shape s, int img, int oh, void *dx,
                                          float beta, const void *dy, const void *x) {
@@ -73,16 +109,46 @@ TQ_ALWAYS_INLINE void k_maxpool_bwd_rows(tq_dtype dt, tq_shape s, int img, int o
         return;
     }
     size_t yo = (((size_t)img * (s.h / 2) + oh) * Q) * C;
-    for (int q = 0; q < Q; q++)
-        for (int c = 0; c < C; c++) {
-            size_t i00 = r0 + (size_t)(2 * q) * C + c;
-            size_t idx[4] = { i00, i00 + C, i00 + rs, i00 + rs + C };
-            float v[4];
-            for (int k = 0; k < 4; k++) v[k] = tq_ld(x, dt, idx[k]);
-            int am = argmax4(v);
-            float g = tq_ld(dy, dt, yo + (size_t)q * C + c);
-            for (int k = 0; k < 4; k++) mix1(dt, dx, idx[k], beta, k == am ? g : 0.0f);
+    if (dt == TQ_F32) {      /* the argmax of the window, branch-free over the channels */
+        for (int q = 0; q < Q; q++) {
+            size_t i00 = r0 + (size_t)(2 * q) * C;
+            const float *a = (const float *)x + i00, *b = a + C, *e = a + rs, *f = e + C;
+            const float *g = (const float *)dy + yo + (size_t)q * C;
+            float *da = (float *)dx + i00, *db = da + C, *de = da + rs, *df = de + C;
+            if (beta == 0.0f) {
+#pragma omp simd
+                for (int c = 0; c < C; c++) {
+                    float va = a[c], vb = b[c], ve = e[c], vf = f[c], gc = g[c];
+                    WIN_GRAD(va, vb, ve, vf, gc);
+                    da[c] = g0_;
+                    db[c] = g1_;
+                    de[c] = g2_;
+                    df[c] = g3_;
+                }
+            } else {
+#pragma omp simd
+                for (int c = 0; c < C; c++) {
+                    float va = a[c], vb = b[c], ve = e[c], vf = f[c], gc = g[c];
+                    WIN_GRAD(va, vb, ve, vf, gc);
+                    da[c] = g0_ + beta * da[c];
+                    db[c] = g1_ + beta * db[c];
+                    de[c] = g2_ + beta * de[c];
+                    df[c] = g3_ + beta * df[c];
+                }
+            }
         }
+    } else {
+        for (int q = 0; q < Q; q++)
+            for (int c = 0; c < C; c++) {
+                size_t i00 = r0 + (size_t)(2 * q) * C + c;
+                size_t idx[4] = { i00, i00 + C, i00 + rs, i00 + rs + C };
+                float v[4];
+                for (int k = 0; k < 4; k++) v[k] = tq_ld(x, dt, idx[k]);
+                int am = argmax4(v);
+                float g = tq_ld(dy, dt, yo + (size_t)q * C + c);
+                for (int k = 0; k < 4; k++) mix1(dt, dx, idx[k], beta, k == am ? g : 0.0f);
+            }
+    }
     if (s.w & 1)                                   /* uncovered last column */
         for (int rr = 0; rr < 2; rr++)
             for (int c = 0; c < C; c++)

@@ -1,0 +1,608 @@
+/* cpu_dnnl.c — f32 convolutions through oneDNN (libdnnl 2.x, C API, OpenMP runtime).
+ *
+ * Layouts: activations NHWC (oneDNN tag nhwc), weights KRSC (tag ohwi). Primitives pick their
+ * own weights layout (format_tag_any); the weights are reordered into it on every call (they
+ * are small) and dW comes back through a reorder with a sum post-op, which is what makes
+ * "weight gradients are added" hold.
+ *
+ *   fwd:        [reorder W → Wf]  conv_fwd(x, Wf, bias) → y. The primitive always has a bias;
+ *               bias NULL passes K cached zeros.
+ *   bwd_data:   beta 0: [reorder W → Wb]  conv_bwd_data(dy, Wb) → dx (overwrites).
+ *               beta != 0, stride 1, pad <= R−1, S−1: the forward convolution of dy with the
+ *               flipped, channel-transposed kernel Wt[c][r][s][k] = W[k][R−1−r][S−1−s][c]
+ *               (padding R−1−pad, S−1−pad) with a sum post-op: dx += conv(dy, Wt), fused
+ *               (conv_bwd_data has no post-ops in oneDNN 2.x; dx is scaled first if beta
+ *               is not 1).
+ *               otherwise: conv_bwd_data into a workspace copy T (N·H·W·C floats), then
+ *               dx = beta·dx + T.
+ *   bwd_filter: conv_bwd_weights(x, dy) → dWt, dbt (workspace), then dw += dWt (reorder with
+ *               sum), db[k] += dbt[k].
+ *
+ * Caching: one entry per descriptor (all of tq_conv_desc, N included), each kind (fwd,
+ * bwd_data, bwd_filter) created on its first use (conv_ws creates all three) with its memory
+ * objects; an op only sets the data handles and executes. A kind whose primitives cannot be
+ * created stays on the im2col path for that descriptor (cpu_conv.c), so conv_ws and the ops
+ * always agree on the workspace. Entries live until the backend is destroyed.
+ *
+ * Workspace: scratchpad_mode user; each kind's oneDNN scratchpad (and the reorders') comes
+ * from the caller's workspace, together with the reordered weights, the flipped kernel, T, dWt
+ * and dbt. Every section is rounded up to 64 bytes and the base is aligned up to 64 bytes (the
+ * 64 bytes of slack are part of the requirement, so it does not depend on the pointer). The
+ * requirement of bwd_data covers both beta variants (it does not depend on beta).
+ *
+ * Threads: oneDNN's OpenMP runtime uses omp_get_max_threads() of the calling thread, both when
+ * a primitive is created (its scratchpad depends on it) and when it runs, so every entry point
+ * sets the calling thread's OpenMP thread count to be->threads first. Results are
+ * reproducible for a thread count (oneDNN's f32 convolutions reduce in a fixed order).
+ *
+ * f16/bf16 stay on the im2col path (cpu_conv.c); so do linear layers.
+ *
+ * TQ_CPU_DNNL=0 in the environment (read when the backend first needs oneDNN) turns this off:
+ * every convolution runs the im2col path.
+ */
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+#include <oneapi/dnnl/dnnl.h>
+
+#include "cpu/cpu_internal.h"
+
+#define MAXARG 6
+
+/* one primitive with its argument memory objects (data handles set per call) */
+typedef struct {
+    dnnl_primitive_t p;
+    int n;
+    int arg[MAXARG];
+    dnnl_memory_t mem[MAXARG];
+    size_t sp;                    /* scratchpad bytes (its memory is the last argument) */
+} dstep;
+
+enum { K_FWD, K_BWDD, K_BWDW, NKIND };
+
+typedef struct dconv {
+    tq_conv_desc d;
+    int state[NKIND];             /* 0: not tried, 1: oneDNN, -1: im2col */
+    dnnl_primitive_desc_t fpd;    /* the forward pd (hint for the backward ones) */
+    /* fwd */
+    dstep f, f_wr;                /* f_wr.p NULL: the primitive takes KRSC as it is */
+    size_t f_wb;
+    float *zero;                  /* K zeros: the bias when the caller has none */
+    /* bwd_data, beta 0 (and the base of the T path) */
+    dstep b, b_wr;
+    size_t b_wb;
+    /* bwd_data, beta 1 through the flipped kernel (tr = 1) */
+    int tr;
+    dstep t, t_wr;
+    size_t t_wb;
+    /* bwd_filter */
+    dstep w, w_wr;
+    size_t w_wb;
+    struct dconv *next;
+} dconv;
+
+struct tq_dnnl {
+    dnnl_engine_t eng;
+    dnnl_stream_t st;
+    dconv *list;
+};
+
+static size_t up64(size_t b) { return (b + 63) / 64 * 64; }
+static size_t mx(size_t a, size_t b) { return a > b ? a : b; }
+
+static void set_threads(tq_backend *be) {
+    int nt = tq_cpu_nt(be);
+    if (omp_get_max_threads() != nt) omp_set_num_threads(nt);
+}
+
+/* ---- the context ---- */
+
+static tq_dnnl *get_ctx(tq_backend *be) {
+    tq_cpu_ctx *cx = be->ctx;
+    if (!cx || cx->dnnl_off) return NULL;
+    if (cx->dnnl) return cx->dnnl;
+    const char *env = getenv("TQ_CPU_DNNL");
+    if (env && env[0] == '0' && env[1] == 0) {
+        cx->dnnl_off = 1;
+        return NULL;
+    }
+    tq_dnnl *D = calloc(1, sizeof *D);
+    if (!D || dnnl_engine_create(&D->eng, dnnl_cpu, 0) != dnnl_success ||
+        dnnl_stream_create(&D->st, D->eng, dnnl_stream_default_flags) != dnnl_success) {
+        if (D && D->eng) dnnl_engine_destroy(D->eng);
+        free(D);
+        cx->dnnl_off = 1;
+        return NULL;
+    }
+    cx->dnnl = D;
+    return D;
+}
+
+static void step_free(dstep *s) {
+    for (int i = 0; i < s->n; i++)
+        if (s->mem[i]) dnnl_memory_destroy(s->mem[i]);
+    if (s->p) dnnl_primitive_destroy(s->p);
+    memset(s, 0, sizeof *s);
+}
+
+static void conv_free(dconv *c) {
+    dstep *all[] = { &c->f, &c->f_wr, &c->b, &c->b_wr, &c->t, &c->t_wr, &c->w, &c->w_wr };
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) step_free(all[i]);
+    if (c->fpd) dnnl_primitive_desc_destroy(c->fpd);
+    free(c->zero);
+    free(c);
+}
+
+void tq_dnnl_free(tq_dnnl *D) {
+    if (!D) return;
+    for (dconv *c = D->list, *nx; c; c = nx) {
+        nx = c->next;
+        conv_free(c);
+    }
+    if (D->st) dnnl_stream_destroy(D->st);
+    if (D->eng) dnnl_engine_destroy(D->eng);
+    free(D);
+}
+
+/* ---- primitives ---- */
+
+/* the primitive of pd with memory objects for args (and the scratchpad, if any) */
+static int step_make(tq_dnnl *D, dstep *s, const_dnnl_primitive_desc_t pd, const int *args,
+                     int nargs) {
+    if (dnnl_primitive_create(&s->p, pd) != dnnl_success) {
+        s->p = NULL;
+        return -1;
+    }
+    for (int i = 0; i < nargs; i++) {
+        const dnnl_memory_desc_t *md = dnnl_primitive_desc_query_md(pd, dnnl_query_exec_arg_md,
+                                                                     args[i]);
+        if (!md || dnnl_memory_create(&s->mem[s->n], md, D->eng, DNNL_MEMORY_NONE) != dnnl_success)
+            return -1;
+        s->arg[s->n++] = args[i];
+    }
+    const dnnl_memory_desc_t *sm = dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
+    s->sp = sm ? dnnl_memory_desc_get_size(sm) : 0;
+    if (s->sp) {
+        if (dnnl_memory_create(&s->mem[s->n], sm, D->eng, DNNL_MEMORY_NONE) != dnnl_success)
+            return -1;
+        s->arg[s->n++] = DNNL_ARG_SCRATCHPAD;
+    }
+    return 0;
+}
+
+/* run s with ptr[i] for args[i] and sp for the scratchpad */
+static int step_run(tq_backend *be, tq_dnnl *D, dstep *s, const char *op, void *const *ptr,
+                    void *sp) {
+    dnnl_exec_arg_t a[MAXARG];
+    for (int i = 0; i < s->n; i++) {
+        void *p = s->arg[i] == DNNL_ARG_SCRATCHPAD ? sp : ptr[i];
+        if (dnnl_memory_set_data_handle(s->mem[i], p) != dnnl_success) {
+            tq_backend_seterr(be, "%s: oneDNN: setting a data handle failed", op);
+            return TQ_EDEVICE;
+        }
+        a[i].arg = s->arg[i];
+        a[i].memory = s->mem[i];
+    }
+    dnnl_status_t st = dnnl_primitive_execute(s->p, D->st, s->n, a);
+    if (st == dnnl_success) st = dnnl_stream_wait(D->st);
+    if (st != dnnl_success) {
+        tq_backend_seterr(be, "%s: oneDNN execution failed (status %d)", op, (int)st);
+        return TQ_EDEVICE;
+    }
+    return TQ_OK;
+}
+
+static dnnl_primitive_attr_t make_attr(float sum) {
+    dnnl_primitive_attr_t at = NULL;
+    if (dnnl_primitive_attr_create(&at) != dnnl_success) return NULL;
+    int ok = dnnl_primitive_attr_set_scratchpad_mode(at, dnnl_scratchpad_mode_user) == dnnl_success;
+    if (ok && sum != 0.0f) {
+        dnnl_post_ops_t po = NULL;
+        ok = dnnl_post_ops_create(&po) == dnnl_success &&
+             dnnl_post_ops_append_sum(po, sum) == dnnl_success &&
+             dnnl_primitive_attr_set_post_ops(at, po) == dnnl_success;
+        if (po) dnnl_post_ops_destroy(po);
+    }
+    if (!ok) {
+        dnnl_primitive_attr_destroy(at);
+        return NULL;
+    }
+    return at;
+}
+
+/* a reorder from `from` to `to` (sum: to = from + to), or none (s->p NULL, *bytes 0) when the
+ * layouts are equal and no sum is asked for. *bytes: the bytes of `to` when a reorder is made. */
+static int reorder_make(tq_dnnl *D, dstep *s, const dnnl_memory_desc_t *from,
+                        const dnnl_memory_desc_t *to, int sum, size_t *bytes) {
+    *bytes = 0;
+    if (!sum && dnnl_memory_desc_equal(from, to)) return 0;
+    dnnl_primitive_attr_t at = make_attr(sum ? 1.0f : 0.0f);
+    if (!at) return -1;
+    dnnl_primitive_desc_t pd = NULL;
+    dnnl_status_t st = dnnl_reorder_primitive_desc_create(&pd, from, D->eng, to, D->eng, at);
+    dnnl_primitive_attr_destroy(at);
+    if (st != dnnl_success) return -1;
+    static const int args[] = { DNNL_ARG_FROM, DNNL_ARG_TO };
+    int rc = step_make(D, s, pd, args, 2);
+    dnnl_primitive_desc_destroy(pd);
+    *bytes = dnnl_memory_desc_get_size(to);
+    return rc;
+}
+
+/* geometry in oneDNN's terms */
+typedef struct {
+    int p, q;
+    dnnl_memory_desc_t x, y, wany, wplain, b;
+    dnnl_dims_t st, pl, pr;
+} dgeom;
+
+static int dgeom_init(const tq_conv_desc *d, dgeom *g) {
+    const int N = d->x.n, H = d->x.h, W = d->x.w, C = d->x.c, K = d->k, R = d->r, S = d->s;
+    g->p = tq_conv_out(H, R, d->stride, d->pad);
+    g->q = tq_conv_out(W, S, d->stride, d->pad);
+    dnnl_dims_t xd = { N, C, H, W }, yd = { N, K, g->p, g->q }, wd = { K, C, R, S }, bd = { K };
+    g->st[0] = g->st[1] = d->stride;
+    g->pl[0] = g->pl[1] = d->pad;
+    /* the right padding that gives exactly P×Q (floor division may leave input unused) */
+    g->pr[0] = (dnnl_dim_t)(g->p - 1) * d->stride + R - H - d->pad;
+    g->pr[1] = (dnnl_dim_t)(g->q - 1) * d->stride + S - W - d->pad;
+    return dnnl_memory_desc_init_by_tag(&g->x, 4, xd, dnnl_f32, dnnl_nhwc) != dnnl_success ||
+           dnnl_memory_desc_init_by_tag(&g->y, 4, yd, dnnl_f32, dnnl_nhwc) != dnnl_success ||
+           dnnl_memory_desc_init_by_tag(&g->wany, 4, wd, dnnl_f32, dnnl_format_tag_any) != dnnl_success ||
+           dnnl_memory_desc_init_by_tag(&g->wplain, 4, wd, dnnl_f32, dnnl_ohwi) != dnnl_success ||
+           dnnl_memory_desc_init_by_tag(&g->b, 1, bd, dnnl_f32, dnnl_x) != dnnl_success
+               ? -1 : 0;
+}
+
+static const dnnl_memory_desc_t *pd_md(const_dnnl_primitive_desc_t pd, int arg) {
+    return dnnl_primitive_desc_query_md(pd, dnnl_query_exec_arg_md, arg);
+}
+
+static int make_fpd(tq_dnnl *D, dconv *c, const dgeom *g) {
+    if (c->fpd) return 0;
+    dnnl_convolution_desc_t cd;
+    if (dnnl_convolution_forward_desc_init(&cd, dnnl_forward_training, dnnl_convolution_direct,
+                                           &g->x, &g->wany, &g->b, &g->y, g->st, g->pl,
+                                           g->pr) != dnnl_success)
+        return -1;
+    dnnl_primitive_attr_t at = make_attr(0.0f);
+    if (!at) return -1;
+    dnnl_status_t st = dnnl_primitive_desc_create(&c->fpd, &cd, at, D->eng, NULL);
+    dnnl_primitive_attr_destroy(at);
+    if (st != dnnl_success) {
+        c->fpd = NULL;
+        return -1;
+    }
+    return 0;
+}
+
+/* ---- workspace layouts (byte offsets from the 64-byte aligned base) ---- */
+
+/* w: weights in the primitive's layout; flip: Wt; tmp: T; dw, db: dWt, dbt; sp: scratchpad */
+typedef struct { size_t w, flip, tmp, dw, db, sp, end; } wlay;
+
+static size_t put(wlay *L, size_t bytes) {
+    size_t o = L->end;
+    L->end += up64(bytes);
+    return o;
+}
+static size_t nx_of(const dconv *c) { return tq_shape_numel(c->d.x); }
+static size_t nw_of(const dconv *c) { return (size_t)c->d.k * c->d.r * c->d.s * c->d.x.c; }
+
+static void lay_fwd(const dconv *c, wlay *L) {
+    memset(L, 0, sizeof *L);
+    L->w = put(L, c->f_wb);
+    L->sp = put(L, mx(c->f.sp, c->f_wr.sp));
+}
+/* bwd_data through conv_bwd_data: beta 0, or (without tr) any beta through T */
+static void lay_bwdd0(const dconv *c, wlay *L) {
+    memset(L, 0, sizeof *L);
+    L->w = put(L, c->b_wb);
+    L->sp = put(L, mx(c->b.sp, c->b_wr.sp));
+    if (!c->tr) L->tmp = put(L, nx_of(c) * 4);
+}
+static void lay_bwdd_tr(const dconv *c, wlay *L) {
+    memset(L, 0, sizeof *L);
+    L->flip = put(L, nw_of(c) * 4);
+    L->w = put(L, c->t_wb);
+    L->sp = put(L, mx(c->t.sp, c->t_wr.sp));
+}
+static void lay_bwdw(const dconv *c, wlay *L) {
+    memset(L, 0, sizeof *L);
+    L->dw = put(L, c->w_wb);
+    L->db = put(L, (size_t)c->d.k * 4);
+    L->sp = put(L, mx(c->w.sp, c->w_wr.sp));
+}
+
+/* the workspace bytes of a ready kind (both beta variants for bwd_data) */
+static size_t need_of(const dconv *c, int kind) {
+    wlay L;
+    size_t end;
+    if (kind == K_FWD) {
+        lay_fwd(c, &L);
+        end = L.end;
+    } else if (kind == K_BWDD) {
+        lay_bwdd0(c, &L);
+        end = L.end;
+        if (c->tr) {
+            lay_bwdd_tr(c, &L);
+            end = mx(end, L.end);
+        }
+    } else {
+        lay_bwdw(c, &L);
+        end = L.end;
+    }
+    return 64 + end;
+}
+
+/* ---- the kinds ---- */
+
+static int make_fwd(tq_dnnl *D, dconv *c, const dgeom *g) {
+    if (make_fpd(D, c, g)) return -1;
+    static const int args[] = { DNNL_ARG_SRC, DNNL_ARG_WEIGHTS, DNNL_ARG_BIAS, DNNL_ARG_DST };
+    if (step_make(D, &c->f, c->fpd, args, 4)) return -1;
+    if (reorder_make(D, &c->f_wr, &g->wplain, pd_md(c->fpd, DNNL_ARG_WEIGHTS), 0, &c->f_wb))
+        return -1;
+    c->zero = calloc((size_t)c->d.k, sizeof(float));
+    return c->zero ? 0 : -1;
+}
+
+/* beta 1 through the flipped kernel: 0 when made, -1 when not possible here */
+static int make_tr(tq_dnnl *D, dconv *c) {
+    const tq_conv_desc *d = &c->d;
+    if (d->stride != 1 || d->pad > d->r - 1 || d->pad > d->s - 1) return -1;
+    const int N = d->x.n, H = d->x.h, W = d->x.w, C = d->x.c, K = d->k, R = d->r, S = d->s;
+    const int P = tq_conv_out(H, R, 1, d->pad), Q = tq_conv_out(W, S, 1, d->pad);
+    dnnl_dims_t sd = { N, K, P, Q }, dd = { N, C, H, W }, wd = { C, K, R, S }, st = { 1, 1 };
+    dnnl_dims_t pl = { R - 1 - d->pad, S - 1 - d->pad };
+    dnnl_dims_t pr = { H - 1 + R - P - pl[0], W - 1 + S - Q - pl[1] };
+    dnnl_memory_desc_t src, dst, wany, wplain;
+    if (dnnl_memory_desc_init_by_tag(&src, 4, sd, dnnl_f32, dnnl_nhwc) != dnnl_success ||
+        dnnl_memory_desc_init_by_tag(&dst, 4, dd, dnnl_f32, dnnl_nhwc) != dnnl_success ||
+        dnnl_memory_desc_init_by_tag(&wany, 4, wd, dnnl_f32, dnnl_format_tag_any) != dnnl_success ||
+        dnnl_memory_desc_init_by_tag(&wplain, 4, wd, dnnl_f32, dnnl_ohwi) != dnnl_success)
+        return -1;
+    dnnl_convolution_desc_t cd;
+    if (dnnl_convolution_forward_desc_init(&cd, dnnl_forward_inference, dnnl_convolution_direct,
+                                           &src, &wany, NULL, &dst, st, pl, pr) != dnnl_success)
+        return -1;
+    dnnl_primitive_attr_t at = make_attr(1.0f);
+    if (!at) return -1;
+    dnnl_primitive_desc_t pd = NULL;
+    dnnl_status_t s = dnnl_primitive_desc_create(&pd, &cd, at, D->eng, NULL);
+    dnnl_primitive_attr_destroy(at);
+    if (s != dnnl_success) return -1;
+    static const int args[] = { DNNL_ARG_SRC, DNNL_ARG_WEIGHTS, DNNL_ARG_DST };
+    int rc = step_make(D, &c->t, pd, args, 3) ||
+             reorder_make(D, &c->t_wr, &wplain, pd_md(pd, DNNL_ARG_WEIGHTS), 0, &c->t_wb);
+    dnnl_primitive_desc_destroy(pd);
+    if (rc) {
+        step_free(&c->t);
+        step_free(&c->t_wr);
+        c->t_wb = 0;
+        return -1;
+    }
+    return 0;
+}
+
+static int make_bwdd(tq_dnnl *D, dconv *c, const dgeom *g) {
+    if (make_fpd(D, c, g)) return -1;
+    dnnl_convolution_desc_t cd;
+    if (dnnl_convolution_backward_data_desc_init(&cd, dnnl_convolution_direct, &g->x, &g->wany,
+                                                 &g->y, g->st, g->pl, g->pr) != dnnl_success)
+        return -1;
+    dnnl_primitive_attr_t at = make_attr(0.0f);
+    if (!at) return -1;
+    dnnl_primitive_desc_t pd = NULL;
+    dnnl_status_t s = dnnl_primitive_desc_create(&pd, &cd, at, D->eng, c->fpd);
+    dnnl_primitive_attr_destroy(at);
+    if (s != dnnl_success) return -1;
+    static const int args[] = { DNNL_ARG_DIFF_DST, DNNL_ARG_WEIGHTS, DNNL_ARG_DIFF_SRC };
+    int rc = step_make(D, &c->b, pd, args, 3) ||
+             reorder_make(D, &c->b_wr, &g->wplain, pd_md(pd, DNNL_ARG_WEIGHTS), 0, &c->b_wb);
+    dnnl_primitive_desc_destroy(pd);
+    if (rc) return -1;
+    c->tr = make_tr(D, c) == 0;
+    return 0;
+}
+
+static int make_bwdw(tq_dnnl *D, dconv *c, const dgeom *g) {
+    if (make_fpd(D, c, g)) return -1;
+    dnnl_convolution_desc_t cd;
+    if (dnnl_convolution_backward_weights_desc_init(&cd, dnnl_convolution_direct, &g->x,
+                                                    &g->wany, &g->b, &g->y, g->st, g->pl,
+                                                    g->pr) != dnnl_success)
+        return -1;
+    dnnl_primitive_attr_t at = make_attr(0.0f);
+    if (!at) return -1;
+    dnnl_primitive_desc_t pd = NULL;
+    dnnl_status_t s = dnnl_primitive_desc_create(&pd, &cd, at, D->eng, c->fpd);
+    dnnl_primitive_attr_destroy(at);
+    if (s != dnnl_success) return -1;
+    static const int args[] = { DNNL_ARG_SRC, DNNL_ARG_DIFF_DST, DNNL_ARG_DIFF_WEIGHTS,
+                                DNNL_ARG_DIFF_BIAS };
+    int rc = step_make(D, &c->w, pd, args, 4) ||
+             reorder_make(D, &c->w_wr, pd_md(pd, DNNL_ARG_DIFF_WEIGHTS), &g->wplain, 1, &c->w_wb);
+    if (!rc) c->w_wb = dnnl_memory_desc_get_size(pd_md(pd, DNNL_ARG_DIFF_WEIGHTS));
+    dnnl_primitive_desc_destroy(pd);
+    return rc ? -1 : 0;
+}
+
+static int same_desc(const tq_conv_desc *a, const tq_conv_desc *b) {
+    return a->x.n == b->x.n && a->x.h == b->x.h && a->x.w == b->x.w && a->x.c == b->x.c &&
+           a->k == b->k && a->r == b->r && a->s == b->s && a->stride == b->stride &&
+           a->pad == b->pad;
+}
+
+/* the entry for d with `kind` ready, or NULL: the im2col path runs it */
+static dconv *lookup(tq_backend *be, const tq_conv_desc *d, int kind, tq_dnnl **Dp) {
+    tq_dnnl *D = get_ctx(be);
+    if (!D) return NULL;
+    dconv *c = D->list;
+    while (c && !same_desc(&c->d, d)) c = c->next;
+    if (!c) {
+        c = calloc(1, sizeof *c);
+        if (!c) return NULL;
+        c->d = *d;
+        c->next = D->list;
+        D->list = c;
+    }
+    if (c->state[kind] == 0) {
+        set_threads(be);
+        dgeom g;
+        int rc = dgeom_init(d, &g);
+        if (!rc) rc = kind == K_FWD ? make_fwd(D, c, &g) : kind == K_BWDD ? make_bwdd(D, c, &g)
+                                                                           : make_bwdw(D, c, &g);
+        c->state[kind] = rc ? -1 : 1;
+        /* a failed kind never runs; its half-made objects are freed with the entry */
+    }
+    if (c->state[kind] != 1) return NULL;
+    *Dp = D;
+    return c;
+}
+
+int tq_dnnl_conv_need(tq_backend *be, const tq_conv_desc *d, int kind, size_t *bytes) {
+    tq_dnnl *D;
+    dconv *c = lookup(be, d, kind, &D);
+    if (!c) return 0;
+    *bytes = need_of(c, kind);
+    return 1;
+}
+
+/* the aligned base of ws, after checking that ws holds `need` bytes */
+static unsigned char *ws_base(tq_backend *be, const char *op, void *ws, size_t ws_bytes,
+                              size_t need) {
+    if (ws_bytes < need || !ws) {
+        tq_backend_seterr(be, "%s: workspace too small (%zu < %zu bytes)", op, ws_bytes, need);
+        return NULL;
+    }
+    uintptr_t p = (uintptr_t)ws;
+    return (unsigned char *)((p + 63) / 64 * 64);
+}
+
+/* ---- the ops ---- */
+
+int tq_dnnl_conv_fwd(tq_backend *be, const tq_conv_desc *d, void *y, const void *x,
+                     const void *w, const float *bias, void *ws, size_t ws_bytes) {
+    const char *op = "conv_fwd";
+    tq_dnnl *D;
+    dconv *c = lookup(be, d, K_FWD, &D);
+    if (!c) return TQ_DNNL_NA;
+    unsigned char *base = ws_base(be, op, ws, ws_bytes, need_of(c, K_FWD));
+    if (!base) return TQ_EINVAL;
+    set_threads(be);
+    wlay L;
+    lay_fwd(c, &L);
+    void *wf = (void *)w;
+    int rc;
+    if (c->f_wr.p) {
+        void *p[] = { wf, base + L.w };
+        if ((rc = step_run(be, D, &c->f_wr, op, p, base + L.sp))) return rc;
+        wf = base + L.w;
+    }
+    void *p[] = { (void *)x, wf, bias ? (void *)bias : c->zero, y };
+    return step_run(be, D, &c->f, op, p, base + L.sp);
+}
+
+/* Wt[c][r][s][k] = W[k][R−1−r][S−1−s][c] */
+static void flip_w(tq_backend *be, const tq_conv_desc *d, float *Wt, const float *w) {
+    const int K = d->k, R = d->r, S = d->s, C = d->x.c;
+    const size_t rsk = (size_t)R * S * K;
+#pragma omp parallel for num_threads(K * R * S * C >= TQ_PAR_MIN ? tq_cpu_nt(be) : 1) \
+    schedule(static)
+    for (int k = 0; k < K; k++)
+        for (int r = 0; r < R; r++)
+            for (int s = 0; s < S; s++) {
+                const float *src = w + (((size_t)k * R + r) * S + s) * C;
+                float *dst = Wt + ((size_t)(R - 1 - r) * S + (S - 1 - s)) * K + k;
+                for (int ch = 0; ch < C; ch++) dst[(size_t)ch * rsk] = src[ch];
+            }
+}
+
+static void scale(tq_backend *be, float *dx, size_t n, float beta) {
+    int nt = n >= TQ_PAR_MIN ? tq_cpu_nt(be) : 1;
+#pragma omp parallel for simd num_threads(nt) schedule(static)
+    for (size_t i = 0; i < n; i++) dx[i] *= beta;
+}
+
+/* dx = beta·dx + t over n floats */
+static void mix(tq_backend *be, float *dx, const float *t, size_t n, float beta) {
+    int nt = n >= TQ_PAR_MIN ? tq_cpu_nt(be) : 1;
+    if (beta == 1.0f) {
+#pragma omp parallel for simd num_threads(nt) schedule(static)
+        for (size_t i = 0; i < n; i++) dx[i] += t[i];
+    } else {
+#pragma omp parallel for simd num_threads(nt) schedule(static)
+        for (size_t i = 0; i < n; i++) dx[i] = beta * dx[i] + t[i];
+    }
+}
+
+int tq_dnnl_conv_bwd_data(tq_backend *be, const tq_conv_desc *d, void *dx, float beta,
+                          const void *dy, const void *w, void *ws, size_t ws_bytes) {
+    const char *op = "conv_bwd_data";
+    tq_dnnl *D;
+    dconv *c = lookup(be, d, K_BWDD, &D);
+    if (!c) return TQ_DNNL_NA;
+    unsigned char *base = ws_base(be, op, ws, ws_bytes, need_of(c, K_BWDD));
+    if (!base) return TQ_EINVAL;
+    set_threads(be);
+    wlay L;
+    int rc;
+    if (beta != 0.0f && c->tr) {
+        /* dx = beta·dx + conv(dy, Wt): the sum post-op adds to what dx holds */
+        if (beta != 1.0f) scale(be, dx, nx_of(c), beta);
+        lay_bwdd_tr(c, &L);
+        float *wt = (float *)(base + L.flip);
+        flip_w(be, d, wt, w);
+        void *wb = wt;
+        if (c->t_wr.p) {
+            wb = base + L.w;
+            void *p[] = { wt, wb };
+            if ((rc = step_run(be, D, &c->t_wr, op, p, base + L.sp))) return rc;
+        }
+        void *p[] = { (void *)dy, wb, dx };
+        return step_run(be, D, &c->t, op, p, base + L.sp);
+    }
+    lay_bwdd0(c, &L);
+    void *wb = (void *)w;
+    if (c->b_wr.p) {
+        void *p[] = { wb, base + L.w };
+        if ((rc = step_run(be, D, &c->b_wr, op, p, base + L.sp))) return rc;
+        wb = base + L.w;
+    }
+    if (beta == 0.0f) {
+        void *p[] = { (void *)dy, wb, dx };
+        return step_run(be, D, &c->b, op, p, base + L.sp);
+    }
+    /* no flipped-kernel primitive: into T, then dx = beta·dx + T */
+    float *t = (float *)(base + L.tmp);
+    void *p[] = { (void *)dy, wb, t };
+    if ((rc = step_run(be, D, &c->b, op, p, base + L.sp))) return rc;
+    mix(be, dx, t, nx_of(c), beta);
+    return TQ_OK;
+}
+
+int tq_dnnl_conv_bwd_filter(tq_backend *be, const tq_conv_desc *d, float *dw, float *db,
+                            const void *x, const void *dy, void *ws, size_t ws_bytes) {
+    const char *op = "conv_bwd_filter";
+    tq_dnnl *D;
+    dconv *c = lookup(be, d, K_BWDW, &D);
+    if (!c) return TQ_DNNL_NA;
+    unsigned char *base = ws_base(be, op, ws, ws_bytes, need_of(c, K_BWDW));
+    if (!base) return TQ_EINVAL;
+    if (!dw && !db) return TQ_OK;
+    set_threads(be);
+    wlay L;
+    lay_bwdw(c, &L);
+    float *dbt = (float *)(base + L.db);
+    void *p[] = { (void *)x, (void *)dy, base + L.dw, dbt };
+    int rc = step_run(be, D, &c->w, op, p, base + L.sp);
+    if (rc) return rc;
+    if (dw) {
+        void *q[] = { base + L.dw, dw };
+        if ((rc = step_run(be, D, &c->w_wr, op, q, base + L.sp))) return rc;
+    }
+    if (db)
+        for (int k = 0; k < d->k; k++) db[k] += dbt[k];
+    return TQ_OK;
+}
