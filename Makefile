@@ -19,7 +19,7 @@ LIB_SRC  := $(wildcard kernels/cpu/*.c) $(wildcard train/*.c) $(wildcard schema/
 # ---- the CUDA backend: built when nvcc is found (CUDA=auto), or forced with CUDA=0 / CUDA=1 ----
 # Machine code for Turing..Blackwell plus PTX for the newest, so one binary runs on every card
 # CUDA 13 supports; the CUDA runtime is linked statically, cuDNN and cuBLAS(Lt) dynamically.
-CUDA ?= 0
+CUDA ?= auto
 NVCC ?= $(or $(shell command -v nvcc 2>/dev/null),$(wildcard /usr/local/cuda/bin/nvcc))
 ifeq ($(CUDA),auto)
   override CUDA := $(if $(NVCC),1,0)
@@ -62,7 +62,7 @@ TESTS    := $(TEST_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 LIB      := $(BUILD)/libtrainq.a
 
 .PHONY: all deps test unit parity run clean bench
-all: $(BUILD)/trainq $(if $(filter 1,$(CUDA)),$(BUILD)/gpu_ops)
+all: $(BUILD)/trainq $(BUILD)/gpu_ops
 
 deps:
 	@scripts/install-deps
@@ -90,8 +90,20 @@ $(BUILD)/tests/%: tests/unit/%.c $(LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -Itests/unit -o $@ $< $(LIB) $(LDLIBS) -lcmocka
 
-unit: $(TESTS)
+# gpu_ops proves itself on every run: against a second CPU backend it must pass, and with one
+# corrupted output it must fail (exit 1). Against the GPU it runs where one is present
+# (exit 77, with the reason, where none is).
+unit: $(TESTS) $(BUILD)/gpu_ops
 	@set -e; for t in $(TESTS); do echo "== $$t"; CMOCKA_MESSAGE_OUTPUT=stdout $$t; done
+	@echo "== $(BUILD)/gpu_ops --against cpu"; $(BUILD)/gpu_ops --against cpu
+	@echo "== $(BUILD)/gpu_ops --against cpu --inject conv_fwd (must fail)"; \
+	 rc=0; $(BUILD)/gpu_ops --against cpu --inject conv_fwd > $(BUILD)/gpu_ops.inject.log 2>&1 || rc=$$?; \
+	 if [ $$rc -ne 1 ]; then cat $(BUILD)/gpu_ops.inject.log; \
+	   echo "gpu_ops: an injected error was not caught (exit $$rc, expected 1)"; exit 1; fi; \
+	 tail -n 1 $(BUILD)/gpu_ops.inject.log
+	@echo "== $(BUILD)/gpu_ops (against the GPU)"; \
+	 rc=0; $(BUILD)/gpu_ops || rc=$$?; \
+	 if [ $$rc -ne 0 ] && [ $$rc -ne 77 ]; then exit $$rc; fi
 
 parity: $(BUILD)/trainq
 	$(PYTHON) -m pytest -q tests/parity tests/integration
