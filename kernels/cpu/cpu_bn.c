@@ -26,15 +26,15 @@ TQ_ALWAYS_INLINE void red_block(tq_dtype dt, tq_red_mode mode, size_t r0, size_t
     for (size_t r = r0; r < r1; r++) {
         size_t base = r * ld + col;
         if (mode == TQ_RED_SUM) {
-            TQ_SIMD_F32(dt, for (int j = 0; j < jw; j++) f0[j] += tq_ld(a, dt, base + j););
+            TQ_SIMD(dt, for (int j = 0; j < jw; j++) f0[j] += tq_ld(a, dt, base + j););
         } else if (mode == TQ_RED_SHSQ) {
-            TQ_SIMD_F32(dt, for (int j = 0; j < jw; j++) {
+            TQ_SIMD(dt, for (int j = 0; j < jw; j++) {
                 float d = tq_ld(a, dt, base + j) - of[j];
                 f0[j] += d;
                 f1[j] += d * d;
             });
         } else {
-            TQ_SIMD_F32(dt, for (int j = 0; j < jw; j++) {
+            TQ_SIMD(dt, for (int j = 0; j < jw; j++) {
                 float va = tq_ld(a, dt, base + j);
                 f0[j] += va;
                 f1[j] += va * (tq_ld(b, dt, base + j) - of[j]);
@@ -56,7 +56,7 @@ TQ_ALWAYS_INLINE void red_task(tq_dtype dt, tq_red_mode mode, size_t r0, size_t 
         /* bias gradients (Σ dy with cancellation, added over microbatches): double per row */
         for (size_t r = r0; r < r1; r++) {
             size_t base = r * ld + col;
-            TQ_SIMD_F32(dt, for (int j = 0; j < jw; j++) acc0[j] += tq_ld(a, dt, base + j););
+            TQ_SIMD(dt, for (int j = 0; j < jw; j++) acc0[j] += tq_ld(a, dt, base + j););
         }
         for (int j = 0; j < jw; j++) o0[j] = acc0[j];
         return;
@@ -127,7 +127,7 @@ TQ_ALWAYS_INLINE void norm_rows(tq_dtype dt, size_t r0, size_t r1, size_t ld, si
                                 const float *g, const float *b) {
     for (size_t r = r0; r < r1; r++) {
         size_t base = r * ld + c0;
-        TQ_SIMD_F32(dt, for (int j = 0; j < cw; j++)
+        TQ_SIMD(dt, for (int j = 0; j < cw; j++)
             tq_st(y, dt, base + j, tq_bn_norm(tq_ld(x, dt, base + j), mu[j], is[j], g[j], b[j])););
     }
 }
@@ -223,13 +223,13 @@ TQ_ALWAYS_INLINE void bn_dx_rows(tq_dtype dt, size_t r0, size_t r1, size_t ld, s
     for (size_t r = r0; r < r1; r++) {
         size_t base = r * ld + c0;
         if (beta_dx == 0.0f)
-            TQ_SIMD_F32(dt, for (int j = 0; j < cw; j++) {
+            TQ_SIMD(dt, for (int j = 0; j < cw; j++) {
                 float xh = (tq_ld(x, dt, base + j) - mu[j]) * is[j];
                 tq_st(dx, dt, base + j,
                       tq_bn_dx(tq_ld(dy, dt, base + j), xh, g[j], is[j], sdb[j], sdg[j], inv_m));
             });
         else
-            TQ_SIMD_F32(dt, for (int j = 0; j < cw; j++) {
+            TQ_SIMD(dt, for (int j = 0; j < cw; j++) {
                 float xh = (tq_ld(x, dt, base + j) - mu[j]) * is[j];
                 float v = tq_bn_dx(tq_ld(dy, dt, base + j), xh, g[j], is[j], sdb[j], sdg[j], inv_m);
                 tq_st(dx, dt, base + j, v + beta_dx * tq_ld(dx, dt, base + j));

@@ -1,8 +1,8 @@
 /* cpu_conv.c — convolution (im2col + SGEMM) and linear (a 1×1 convolution over N×1×1 images).
  *
- * f32 convolutions run through oneDNN (cpu_dnnl.c) when it has primitives for the descriptor;
- * conv_ws then counts oneDNN's workspace for those ops. Everything below is the path for
- * f16/bf16, linear layers, and any descriptor oneDNN does not take (or TQ_CPU_DNNL=0).
+ * f32 and bf16 convolutions run through oneDNN (cpu_dnnl.c) when it has primitives for the
+ * descriptor; conv_ws then counts oneDNN's workspace for those ops. Everything below is the
+ * path for f16, linear layers, and any descriptor oneDNN does not take (or TQ_CPU_DNNL=0).
  *
  * Shapes: x [N][H][W][C], w [K][R][S][C] (= [K][RSC]), y [N][P][Q][K].
  *   fwd:         Y[NPQ][K]   = cols[NPQ][RSC] · W[K][RSC]^T (+ bias)
@@ -172,15 +172,15 @@ static void layout(const cgeom *g, tq_dtype dt, int op, int nt, clayout *L) {
     L->bytes = f * sizeof(float);
 }
 
-/* the maximum over the three ops; f32 convolutions (dnnl = 1) count oneDNN's requirement for
- * each op it runs, the im2col layout's for the others */
+/* the maximum over the three ops; convolutions (dnnl = 1) count oneDNN's requirement for each
+ * op it runs, the im2col layout's for the others */
 static size_t conv_ws_impl(tq_backend *be, const tq_conv_desc *d, tq_dtype dt, int dnnl) {
     cgeom g;
     if (geom(be, "conv_ws", d, dt, &g)) return 0;
     size_t m = 0;
     for (int op = OP_FWD; op <= OP_BWD_FILTER; op++) {
         size_t b;
-        if (!(dnnl && dt == TQ_F32 && tq_dnnl_conv_need(be, d, op, &b))) {
+        if (!(dnnl && tq_dnnl_conv_need(be, d, dt, op, &b))) {
             clayout L;
             layout(&g, dt, op, tq_cpu_nt(be), &L);
             b = L.bytes;
@@ -210,6 +210,7 @@ static int get_layout(tq_backend *be, const char *opname, const tq_conv_desc *d,
 /* ---- conversions and the im2col / col2im passes ---- */
 
 TQ_ALWAYS_INLINE void cvt_to_f32(tq_dtype dt, float *dst, const void *src, size_t i0, size_t n) {
+#pragma omp simd
     for (size_t i = 0; i < n; i++) dst[i] = tq_ld(src, dt, i0 + i);
 }
 
@@ -225,6 +226,7 @@ static void to_f32(tq_backend *be, tq_dtype dt, float *dst, const void *src, siz
 }
 
 TQ_ALWAYS_INLINE void store_rows(tq_dtype dt, void *dst, size_t i0, const float *src, size_t n) {
+#pragma omp simd
     for (size_t i = 0; i < n; i++) tq_st(dst, dt, i0 + i, src[i]);
 }
 
@@ -278,10 +280,13 @@ static void col2im_row(const cgeom *g, const float *dcols, int i, int ih, float 
 
 TQ_ALWAYS_INLINE void mix_store(tq_dtype dt, void *dx, size_t i0, const float *acc, size_t n,
                                 float beta) {
-    if (beta == 0.0f)
+    if (beta == 0.0f) {
+#pragma omp simd
         for (size_t j = 0; j < n; j++) tq_st(dx, dt, i0 + j, acc[j]);
-    else
+    } else {
+#pragma omp simd
         for (size_t j = 0; j < n; j++) tq_st(dx, dt, i0 + j, beta * tq_ld(dx, dt, i0 + j) + acc[j]);
+    }
 }
 
 /* Input rows [u0, u1) (u = i·H + ih) of the chunk at image n0: dx = beta·dx + col2im(dcols).
@@ -610,12 +615,12 @@ static int conv_bwd_filter_impl(tq_backend *be, const char *nm, const tq_conv_de
     return TQ_OK;
 }
 
-/* f32 convolutions go to oneDNN first (TQ_DNNL_NA: it does not run this descriptor) */
+/* convolutions go to oneDNN first (TQ_DNNL_NA: it does not run this descriptor and type) */
 int tq_cpu_conv_fwd(tq_backend *be, const tq_conv_desc *d, tq_dtype dt, void *y, const void *x,
                     const void *w, const float *bias, void *ws, size_t ws_bytes) {
     cgeom g;
-    if (dt == TQ_F32 && !geom(be, "conv_fwd", d, dt, &g)) {
-        int rc = tq_dnnl_conv_fwd(be, d, y, x, w, bias, ws, ws_bytes);
+    if (!geom(be, "conv_fwd", d, dt, &g)) {
+        int rc = tq_dnnl_conv_fwd(be, d, dt, y, x, w, bias, ws, ws_bytes);
         if (rc != TQ_DNNL_NA) return rc;
     }
     return conv_fwd_impl(be, "conv_fwd", d, dt, y, x, w, bias, ws, ws_bytes);
@@ -623,8 +628,8 @@ int tq_cpu_conv_fwd(tq_backend *be, const tq_conv_desc *d, tq_dtype dt, void *y,
 int tq_cpu_conv_bwd_data(tq_backend *be, const tq_conv_desc *d, tq_dtype dt, void *dx,
                          float beta, const void *dy, const void *w, void *ws, size_t ws_bytes) {
     cgeom g;
-    if (dt == TQ_F32 && !geom(be, "conv_bwd_data", d, dt, &g)) {
-        int rc = tq_dnnl_conv_bwd_data(be, d, dx, beta, dy, w, ws, ws_bytes);
+    if (!geom(be, "conv_bwd_data", d, dt, &g)) {
+        int rc = tq_dnnl_conv_bwd_data(be, d, dt, dx, beta, dy, w, ws, ws_bytes);
         if (rc != TQ_DNNL_NA) return rc;
     }
     return conv_bwd_data_impl(be, "conv_bwd_data", d, dt, dx, beta, dy, w, ws, ws_bytes);
@@ -632,8 +637,8 @@ int tq_cpu_conv_bwd_data(tq_backend *be, const tq_conv_desc *d, tq_dtype dt, voi
 int tq_cpu_conv_bwd_filter(tq_backend *be, const tq_conv_desc *d, tq_dtype dt, float *dw,
                            float *db, const void *x, const void *dy, void *ws, size_t ws_bytes) {
     cgeom g;
-    if (dt == TQ_F32 && !geom(be, "conv_bwd_filter", d, dt, &g)) {
-        int rc = tq_dnnl_conv_bwd_filter(be, d, dw, db, x, dy, ws, ws_bytes);
+    if (!geom(be, "conv_bwd_filter", d, dt, &g)) {
+        int rc = tq_dnnl_conv_bwd_filter(be, d, dt, dw, db, x, dy, ws, ws_bytes);
         if (rc != TQ_DNNL_NA) return rc;
     }
     return conv_bwd_filter_impl(be, "conv_bwd_filter", d, dt, dw, db, x, dy, ws, ws_bytes);

@@ -1,4 +1,4 @@
-/* cpu_dnnl.c — f32 convolutions through oneDNN (libdnnl 2.x, C API, OpenMP runtime).
+/* cpu_dnnl.c — f32 and bf16 convolutions through oneDNN (libdnnl 2.x, C API, OpenMP runtime).
  *
  * Layouts: activations NHWC (oneDNN tag nhwc), weights KRSC (tag ohwi). Primitives pick their
  * own weights layout (format_tag_any); the weights are reordered into it on every call (they
@@ -35,7 +35,11 @@
  * sets the calling thread's OpenMP thread count to be->threads first. Results are
  * reproducible for a thread count (oneDNN's f32 convolutions reduce in a fixed order).
  *
- * f16/bf16 stay on the im2col path (cpu_conv.c); so do linear layers.
+ * Types: x, y, w, dx, dy in the op's dtype (f32 or bf16; oneDNN accumulates bf16 in f32 and
+ * rounds the outputs to nearest even, as the im2col path does); bias, dw, db always f32. f16
+ * stays on the im2col path (cpu_conv.c): oneDNN 2.6 has no f16 convolutions on CPUs without
+ * AVX512-FP16, and where it has them their accumulation is not ours to check. So do linear
+ * layers. A CPU without bf16 support in oneDNN fails the primitive creation: im2col again.
  *
  * TQ_CPU_DNNL=0 in the environment (read when the backend first needs oneDNN) turns this off:
  * every convolution runs the im2col path.
@@ -62,6 +66,7 @@ enum { K_FWD, K_BWDD, K_BWDW, NKIND };
 
 typedef struct dconv {
     tq_conv_desc d;
+    tq_dtype dt;                  /* f32 or bf16 */
     int state[NKIND];             /* 0: not tried, 1: oneDNN, -1: im2col */
     dnnl_primitive_desc_t fpd;    /* the forward pd (hint for the backward ones) */
     /* fwd */
@@ -229,14 +234,19 @@ static int reorder_make(tq_dnnl *D, dstep *s, const dnnl_memory_desc_t *from,
     return rc;
 }
 
-/* geometry in oneDNN's terms */
+/* geometry in oneDNN's terms: x, y, wany, wplain in the op's type; the f32 weight descriptors
+ * are the weight gradient's */
 typedef struct {
     int p, q;
-    dnnl_memory_desc_t x, y, wany, wplain, b;
+    dnnl_memory_desc_t x, y, wany, wplain, wany32, wplain32, b;
     dnnl_dims_t st, pl, pr;
 } dgeom;
 
-static int dgeom_init(const tq_conv_desc *d, dgeom *g) {
+static dnnl_data_type_t dnnl_dt(tq_dtype dt) { return dt == TQ_BF16 ? dnnl_bf16 : dnnl_f32; }
+static size_t esize(tq_dtype dt) { return dt == TQ_F32 ? 4 : 2; }
+
+static int dgeom_init(const tq_conv_desc *d, tq_dtype dt, dgeom *g) {
+    const dnnl_data_type_t t = dnnl_dt(dt);
     const int N = d->x.n, H = d->x.h, W = d->x.w, C = d->x.c, K = d->k, R = d->r, S = d->s;
     g->p = tq_conv_out(H, R, d->stride, d->pad);
     g->q = tq_conv_out(W, S, d->stride, d->pad);
@@ -246,10 +256,12 @@ static int dgeom_init(const tq_conv_desc *d, dgeom *g) {
     /* the right padding that gives exactly P×Q (floor division may leave input unused) */
     g->pr[0] = (dnnl_dim_t)(g->p - 1) * d->stride + R - H - d->pad;
     g->pr[1] = (dnnl_dim_t)(g->q - 1) * d->stride + S - W - d->pad;
-    return dnnl_memory_desc_init_by_tag(&g->x, 4, xd, dnnl_f32, dnnl_nhwc) != dnnl_success ||
-           dnnl_memory_desc_init_by_tag(&g->y, 4, yd, dnnl_f32, dnnl_nhwc) != dnnl_success ||
-           dnnl_memory_desc_init_by_tag(&g->wany, 4, wd, dnnl_f32, dnnl_format_tag_any) != dnnl_success ||
-           dnnl_memory_desc_init_by_tag(&g->wplain, 4, wd, dnnl_f32, dnnl_ohwi) != dnnl_success ||
+    return dnnl_memory_desc_init_by_tag(&g->x, 4, xd, t, dnnl_nhwc) != dnnl_success ||
+           dnnl_memory_desc_init_by_tag(&g->y, 4, yd, t, dnnl_nhwc) != dnnl_success ||
+           dnnl_memory_desc_init_by_tag(&g->wany, 4, wd, t, dnnl_format_tag_any) != dnnl_success ||
+           dnnl_memory_desc_init_by_tag(&g->wplain, 4, wd, t, dnnl_ohwi) != dnnl_success ||
+           dnnl_memory_desc_init_by_tag(&g->wany32, 4, wd, dnnl_f32, dnnl_format_tag_any) != dnnl_success ||
+           dnnl_memory_desc_init_by_tag(&g->wplain32, 4, wd, dnnl_f32, dnnl_ohwi) != dnnl_success ||
            dnnl_memory_desc_init_by_tag(&g->b, 1, bd, dnnl_f32, dnnl_x) != dnnl_success
                ? -1 : 0;
 }
@@ -299,11 +311,11 @@ static void lay_bwdd0(const dconv *c, wlay *L) {
     memset(L, 0, sizeof *L);
     L->w = put(L, c->b_wb);
     L->sp = put(L, mx(c->b.sp, c->b_wr.sp));
-    if (!c->tr) L->tmp = put(L, nx_of(c) * 4);
+    if (!c->tr) L->tmp = put(L, nx_of(c) * esize(c->dt));
 }
 static void lay_bwdd_tr(const dconv *c, wlay *L) {
     memset(L, 0, sizeof *L);
-    L->flip = put(L, nw_of(c) * 4);
+    L->flip = put(L, nw_of(c) * esize(c->dt));
     L->w = put(L, c->t_wb);
     L->sp = put(L, mx(c->t.sp, c->t_wr.sp));
 }
@@ -356,11 +368,12 @@ static int make_tr(tq_dnnl *D, dconv *c) {
     dnnl_dims_t sd = { N, K, P, Q }, dd = { N, C, H, W }, wd = { C, K, R, S }, st = { 1, 1 };
     dnnl_dims_t pl = { R - 1 - d->pad, S - 1 - d->pad };
     dnnl_dims_t pr = { H - 1 + R - P - pl[0], W - 1 + S - Q - pl[1] };
+    const dnnl_data_type_t t = dnnl_dt(c->dt);
     dnnl_memory_desc_t src, dst, wany, wplain;
-    if (dnnl_memory_desc_init_by_tag(&src, 4, sd, dnnl_f32, dnnl_nhwc) != dnnl_success ||
-        dnnl_memory_desc_init_by_tag(&dst, 4, dd, dnnl_f32, dnnl_nhwc) != dnnl_success ||
-        dnnl_memory_desc_init_by_tag(&wany, 4, wd, dnnl_f32, dnnl_format_tag_any) != dnnl_success ||
-        dnnl_memory_desc_init_by_tag(&wplain, 4, wd, dnnl_f32, dnnl_ohwi) != dnnl_success)
+    if (dnnl_memory_desc_init_by_tag(&src, 4, sd, t, dnnl_nhwc) != dnnl_success ||
+        dnnl_memory_desc_init_by_tag(&dst, 4, dd, t, dnnl_nhwc) != dnnl_success ||
+        dnnl_memory_desc_init_by_tag(&wany, 4, wd, t, dnnl_format_tag_any) != dnnl_success ||
+        dnnl_memory_desc_init_by_tag(&wplain, 4, wd, t, dnnl_ohwi) != dnnl_success)
         return -1;
     dnnl_convolution_desc_t cd;
     if (dnnl_convolution_forward_desc_init(&cd, dnnl_forward_inference, dnnl_convolution_direct,
@@ -410,7 +423,7 @@ static int make_bwdw(tq_dnnl *D, dconv *c, const dgeom *g) {
     if (make_fpd(D, c, g)) return -1;
     dnnl_convolution_desc_t cd;
     if (dnnl_convolution_backward_weights_desc_init(&cd, dnnl_convolution_direct, &g->x,
-                                                    &g->wany, &g->b, &g->y, g->st, g->pl,
+                                                    &g->wany32, &g->b, &g->y, g->st, g->pl,
                                                     g->pr) != dnnl_success)
         return -1;
     dnnl_primitive_attr_t at = make_attr(0.0f);
@@ -422,7 +435,8 @@ static int make_bwdw(tq_dnnl *D, dconv *c, const dgeom *g) {
     static const int args[] = { DNNL_ARG_SRC, DNNL_ARG_DIFF_DST, DNNL_ARG_DIFF_WEIGHTS,
                                 DNNL_ARG_DIFF_BIAS };
     int rc = step_make(D, &c->w, pd, args, 4) ||
-             reorder_make(D, &c->w_wr, pd_md(pd, DNNL_ARG_DIFF_WEIGHTS), &g->wplain, 1, &c->w_wb);
+             reorder_make(D, &c->w_wr, pd_md(pd, DNNL_ARG_DIFF_WEIGHTS), &g->wplain32, 1,
+                          &c->w_wb);
     if (!rc) c->w_wb = dnnl_memory_desc_get_size(pd_md(pd, DNNL_ARG_DIFF_WEIGHTS));
     dnnl_primitive_desc_destroy(pd);
     return rc ? -1 : 0;
@@ -434,23 +448,26 @@ static int same_desc(const tq_conv_desc *a, const tq_conv_desc *b) {
            a->pad == b->pad;
 }
 
-/* the entry for d with `kind` ready, or NULL: the im2col path runs it */
-static dconv *lookup(tq_backend *be, const tq_conv_desc *d, int kind, tq_dnnl **Dp) {
+/* the entry for (d, dt) with `kind` ready, or NULL: the im2col path runs it */
+static dconv *lookup(tq_backend *be, const tq_conv_desc *d, tq_dtype dt, int kind,
+                     tq_dnnl **Dp) {
+    if (dt != TQ_F32 && dt != TQ_BF16) return NULL;
     tq_dnnl *D = get_ctx(be);
     if (!D) return NULL;
     dconv *c = D->list;
-    while (c && !same_desc(&c->d, d)) c = c->next;
+    while (c && !(c->dt == dt && same_desc(&c->d, d))) c = c->next;
     if (!c) {
         c = calloc(1, sizeof *c);
         if (!c) return NULL;
         c->d = *d;
+        c->dt = dt;
         c->next = D->list;
         D->list = c;
     }
     if (c->state[kind] == 0) {
         set_threads(be);
         dgeom g;
-        int rc = dgeom_init(d, &g);
+        int rc = dgeom_init(d, dt, &g);
         if (!rc) rc = kind == K_FWD ? make_fwd(D, c, &g) : kind == K_BWDD ? make_bwdd(D, c, &g)
                                                                            : make_bwdw(D, c, &g);
         c->state[kind] = rc ? -1 : 1;
@@ -461,9 +478,10 @@ static dconv *lookup(tq_backend *be, const tq_conv_desc *d, int kind, tq_dnnl **
     return c;
 }
 
-int tq_dnnl_conv_need(tq_backend *be, const tq_conv_desc *d, int kind, size_t *bytes) {
+int tq_dnnl_conv_need(tq_backend *be, const tq_conv_desc *d, tq_dtype dt, int kind,
+                      size_t *bytes) {
     tq_dnnl *D;
-    dconv *c = lookup(be, d, kind, &D);
+    dconv *c = lookup(be, d, dt, kind, &D);
     if (!c) return 0;
     *bytes = need_of(c, kind);
     return 1;
@@ -482,11 +500,11 @@ static unsigned char *ws_base(tq_backend *be, const char *op, void *ws, size_t w
 
 /* ---- the ops ---- */
 
-int tq_dnnl_conv_fwd(tq_backend *be, const tq_conv_desc *d, void *y, const void *x,
+int tq_dnnl_conv_fwd(tq_backend *be, const tq_conv_desc *d, tq_dtype dt, void *y, const void *x,
                      const void *w, const float *bias, void *ws, size_t ws_bytes) {
     const char *op = "conv_fwd";
     tq_dnnl *D;
-    dconv *c = lookup(be, d, K_FWD, &D);
+    dconv *c = lookup(be, d, dt, K_FWD, &D);
     if (!c) return TQ_DNNL_NA;
     unsigned char *base = ws_base(be, op, ws, ws_bytes, need_of(c, K_FWD));
     if (!base) return TQ_EINVAL;
@@ -504,44 +522,57 @@ int tq_dnnl_conv_fwd(tq_backend *be, const tq_conv_desc *d, void *y, const void 
     return step_run(be, D, &c->f, op, p, base + L.sp);
 }
 
-/* Wt[c][r][s][k] = W[k][R−1−r][S−1−s][c] */
-static void flip_w(tq_backend *be, const tq_conv_desc *d, float *Wt, const float *w) {
+/* Wt[c][r][s][k] = W[k][R−1−r][S−1−s][c], elements of es bytes (a pure permutation) */
+#define FLIP_W(T)                                                                   \
+    for (int k = 0; k < K; k++)                                                     \
+        for (int r = 0; r < R; r++)                                                 \
+            for (int s = 0; s < S; s++) {                                           \
+                const T *src = (const T *)w + (((size_t)k * R + r) * S + s) * C;    \
+                T *dst = (T *)Wt + ((size_t)(R - 1 - r) * S + (S - 1 - s)) * K + k; \
+                for (int ch = 0; ch < C; ch++) dst[(size_t)ch * rsk] = src[ch];     \
+            }
+static void flip_w(tq_backend *be, const tq_conv_desc *d, size_t es, void *Wt, const void *w) {
     const int K = d->k, R = d->r, S = d->s, C = d->x.c;
     const size_t rsk = (size_t)R * S * K;
-#pragma omp parallel for num_threads(K * R * S * C >= TQ_PAR_MIN ? tq_cpu_nt(be) : 1) \
-    schedule(static)
-    for (int k = 0; k < K; k++)
-        for (int r = 0; r < R; r++)
-            for (int s = 0; s < S; s++) {
-                const float *src = w + (((size_t)k * R + r) * S + s) * C;
-                float *dst = Wt + ((size_t)(R - 1 - r) * S + (S - 1 - s)) * K + k;
-                for (int ch = 0; ch < C; ch++) dst[(size_t)ch * rsk] = src[ch];
-            }
-}
-
-static void scale(tq_backend *be, float *dx, size_t n, float beta) {
-    int nt = n >= TQ_PAR_MIN ? tq_cpu_nt(be) : 1;
-#pragma omp parallel for simd num_threads(nt) schedule(static)
-    for (size_t i = 0; i < n; i++) dx[i] *= beta;
-}
-
-/* dx = beta·dx + t over n floats */
-static void mix(tq_backend *be, float *dx, const float *t, size_t n, float beta) {
-    int nt = n >= TQ_PAR_MIN ? tq_cpu_nt(be) : 1;
-    if (beta == 1.0f) {
-#pragma omp parallel for simd num_threads(nt) schedule(static)
-        for (size_t i = 0; i < n; i++) dx[i] += t[i];
+    const int nt = K * R * S * C >= TQ_PAR_MIN ? tq_cpu_nt(be) : 1;
+    if (es == 4) {
+#pragma omp parallel for num_threads(nt) schedule(static)
+        FLIP_W(uint32_t)
     } else {
-#pragma omp parallel for simd num_threads(nt) schedule(static)
-        for (size_t i = 0; i < n; i++) dx[i] = beta * dx[i] + t[i];
+#pragma omp parallel for num_threads(nt) schedule(static)
+        FLIP_W(uint16_t)
     }
 }
+#undef FLIP_W
 
-int tq_dnnl_conv_bwd_data(tq_backend *be, const tq_conv_desc *d, void *dx, float beta,
-                          const void *dy, const void *w, void *ws, size_t ws_bytes) {
+/* dx = beta·dx (+ t when t is not NULL) over n elements of dt (f32 or bf16) */
+static void mix(tq_backend *be, tq_dtype dt, void *dx, const void *t, size_t n, float beta) {
+    int nt = n >= TQ_PAR_MIN ? tq_cpu_nt(be) : 1;
+    if (dt == TQ_F32) {
+        float *a = dx;
+        const float *b = t;
+        if (!b) {
+#pragma omp parallel for simd num_threads(nt) schedule(static)
+            for (size_t i = 0; i < n; i++) a[i] *= beta;
+        } else if (beta == 1.0f) {
+#pragma omp parallel for simd num_threads(nt) schedule(static)
+            for (size_t i = 0; i < n; i++) a[i] += b[i];
+        } else {
+#pragma omp parallel for simd num_threads(nt) schedule(static)
+            for (size_t i = 0; i < n; i++) a[i] = beta * a[i] + b[i];
+        }
+        return;
+    }
+#pragma omp parallel for simd num_threads(nt) schedule(static)
+    for (size_t i = 0; i < n; i++)
+        tq_st(dx, dt, i, beta * tq_ld(dx, dt, i) + (t ? tq_ld(t, dt, i) : 0.0f));
+}
+
+int tq_dnnl_conv_bwd_data(tq_backend *be, const tq_conv_desc *d, tq_dtype dt, void *dx,
+                          float beta, const void *dy, const void *w, void *ws, size_t ws_bytes) {
     const char *op = "conv_bwd_data";
     tq_dnnl *D;
-    dconv *c = lookup(be, d, K_BWDD, &D);
+    dconv *c = lookup(be, d, dt, K_BWDD, &D);
     if (!c) return TQ_DNNL_NA;
     unsigned char *base = ws_base(be, op, ws, ws_bytes, need_of(c, K_BWDD));
     if (!base) return TQ_EINVAL;
@@ -550,10 +581,10 @@ int tq_dnnl_conv_bwd_data(tq_backend *be, const tq_conv_desc *d, void *dx, float
     int rc;
     if (beta != 0.0f && c->tr) {
         /* dx = beta·dx + conv(dy, Wt): the sum post-op adds to what dx holds */
-        if (beta != 1.0f) scale(be, dx, nx_of(c), beta);
+        if (beta != 1.0f) mix(be, dt, dx, NULL, nx_of(c), beta);
         lay_bwdd_tr(c, &L);
-        float *wt = (float *)(base + L.flip);
-        flip_w(be, d, wt, w);
+        void *wt = base + L.flip;
+        flip_w(be, d, esize(dt), wt, w);
         void *wb = wt;
         if (c->t_wr.p) {
             wb = base + L.w;
@@ -575,18 +606,19 @@ int tq_dnnl_conv_bwd_data(tq_backend *be, const tq_conv_desc *d, void *dx, float
         return step_run(be, D, &c->b, op, p, base + L.sp);
     }
     /* no flipped-kernel primitive: into T, then dx = beta·dx + T */
-    float *t = (float *)(base + L.tmp);
+    void *t = base + L.tmp;
     void *p[] = { (void *)dy, wb, t };
     if ((rc = step_run(be, D, &c->b, op, p, base + L.sp))) return rc;
-    mix(be, dx, t, nx_of(c), beta);
+    mix(be, dt, dx, t, nx_of(c), beta);
     return TQ_OK;
 }
 
-int tq_dnnl_conv_bwd_filter(tq_backend *be, const tq_conv_desc *d, float *dw, float *db,
-                            const void *x, const void *dy, void *ws, size_t ws_bytes) {
+int tq_dnnl_conv_bwd_filter(tq_backend *be, const tq_conv_desc *d, tq_dtype dt, float *dw,
+                            float *db, const void *x, const void *dy, void *ws,
+                            size_t ws_bytes) {
     const char *op = "conv_bwd_filter";
     tq_dnnl *D;
-    dconv *c = lookup(be, d, K_BWDW, &D);
+    dconv *c = lookup(be, d, dt, K_BWDW, &D);
     if (!c) return TQ_DNNL_NA;
     unsigned char *base = ws_base(be, op, ws, ws_bytes, need_of(c, K_BWDW));
     if (!base) return TQ_EINVAL;

@@ -3,7 +3,7 @@
  *
  * Every loop is cut into TQ_BLK-element blocks; one dtype dispatch per block (the block kernels
  * are always-inline and get a literal dtype, so the f32 path is a plain vectorisable loop), and
- * the blocks run in parallel above TQ_PAR_MIN elements; the f32 loops carry `omp simd` (GCC's -O2
+ * the blocks run in parallel above TQ_PAR_MIN elements; every loop carries `omp simd` (GCC's -O2
  * cost model would leave them scalar). beta == 0 never reads the destination
  * (a NaN there must not leak through 0·NaN).
  * ReLU follows PyTorch on NaN: relu(NaN) = NaN and the backward passes dy where y is NaN
@@ -31,7 +31,7 @@ static int check_dt(tq_backend *be, const char *op, tq_dtype dt) {
 }
 
 TQ_ALWAYS_INLINE void k_relu(tq_dtype dt, size_t i0, size_t i1, void *y, const void *x) {
-    TQ_SIMD_F32(dt, for (size_t i = i0; i < i1; i++) {
+    TQ_SIMD(dt, for (size_t i = i0; i < i1; i++) {
         float v = tq_ld(x, dt, i);
         tq_st(y, dt, i, v <= 0.0f ? 0.0f : v);
     });
@@ -46,12 +46,12 @@ TQ_ALWAYS_INLINE void k_relu_bwd(tq_dtype dt, size_t i0, size_t i1, void *dx, fl
                                  const void *dy, const void *y) {
     /* both loads unconditional, so that the f32 loop is a compare and a select */
     if (beta == 0.0f)
-        TQ_SIMD_F32(dt, for (size_t i = i0; i < i1; i++) {
+        TQ_SIMD(dt, for (size_t i = i0; i < i1; i++) {
             float yv = tq_ld(y, dt, i), g = tq_ld(dy, dt, i);
             tq_st(dx, dt, i, yv <= 0.0f ? 0.0f : g);
         });
     else
-        TQ_SIMD_F32(dt, for (size_t i = i0; i < i1; i++) {
+        TQ_SIMD(dt, for (size_t i = i0; i < i1; i++) {
             float yv = tq_ld(y, dt, i), g = tq_ld(dy, dt, i);
             tq_st(dx, dt, i, (yv <= 0.0f ? 0.0f : g) + beta * tq_ld(dx, dt, i));
         });
@@ -66,7 +66,7 @@ int tq_cpu_relu_bwd(tq_backend *be, size_t n, tq_dtype dt, void *dx, float beta,
 
 TQ_ALWAYS_INLINE void k_add(tq_dtype dt, size_t i0, size_t i1, void *y, const void *a,
                             const void *b) {
-    TQ_SIMD_F32(dt, for (size_t i = i0; i < i1; i++)
+    TQ_SIMD(dt, for (size_t i = i0; i < i1; i++)
         tq_st(y, dt, i, tq_ld(a, dt, i) + tq_ld(b, dt, i)););
 }
 int tq_cpu_add_fwd(tq_backend *be, size_t n, tq_dtype dt, void *y, const void *a, const void *b) {
@@ -80,10 +80,10 @@ TQ_ALWAYS_INLINE void k_acc(tq_dtype dt, size_t i0, size_t i1, void *dst, float 
     if (beta == 0.0f)
         for (size_t i = i0; i < i1; i++) tq_st(dst, dt, i, tq_ld(src, dt, i));
     else if (beta == 1.0f)
-        TQ_SIMD_F32(dt, for (size_t i = i0; i < i1; i++)
+        TQ_SIMD(dt, for (size_t i = i0; i < i1; i++)
             tq_st(dst, dt, i, tq_ld(dst, dt, i) + tq_ld(src, dt, i)););
     else
-        TQ_SIMD_F32(dt, for (size_t i = i0; i < i1; i++)
+        TQ_SIMD(dt, for (size_t i = i0; i < i1; i++)
             tq_st(dst, dt, i, beta * tq_ld(dst, dt, i) + tq_ld(src, dt, i)););
 }
 int tq_cpu_accumulate(tq_backend *be, size_t n, tq_dtype dt, void *dst, float beta,

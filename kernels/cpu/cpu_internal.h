@@ -31,13 +31,14 @@
         else F(TQ_BF16, __VA_ARGS__);                              \
     } while (0)
 
-/* `for` loop LOOP, with `omp simd` on the f32 instance (dt a literal in an always-inline
- * kernel): GCC's -O2 cost model leaves most loops scalar; 16-bit stays scalar (branchy
- * conversions). The loops it is used on carry no dependence between iterations. */
-#define TQ_SIMD_F32(dt, ...)                                       \
+/* `for` loop LOOP with `omp simd` (dt a literal in an always-inline kernel): GCC's -O2 cost
+ * model leaves most loops scalar. The 16-bit conversions of kernels/common are shifts and
+ * selects, so every dtype's instance vectorises. The loops it is used on carry no dependence
+ * between iterations, so the vector loop computes bit for bit what the scalar one does. */
+#define TQ_SIMD(dt, ...)                                           \
     do {                                                           \
-        if ((dt) == TQ_F32) { _Pragma("omp simd") __VA_ARGS__ }    \
-        else { __VA_ARGS__ }                                       \
+        (void)(dt);                                                \
+        _Pragma("omp simd") __VA_ARGS__                            \
     } while (0)
 
 static inline int tq_cpu_nt(const tq_backend *be) { return be->threads > 0 ? be->threads : 1; }
@@ -62,18 +63,20 @@ typedef struct {
     int dnnl_off;       /* oneDNN unavailable or turned off (TQ_CPU_DNNL=0) */
 } tq_cpu_ctx;
 
-/* f32 convolutions through oneDNN: cpu_dnnl.c. The ops return TQ_DNNL_NA when oneDNN does not
- * run this descriptor (turned off, or no primitive for the shape): the caller then runs the
- * im2col path. tq_dnnl_conv_need: 1 and the workspace bytes of `kind` (0 fwd, 1 bwd_data,
- * 2 bwd_filter) when oneDNN runs it, else 0. Descriptors must be valid (geom-checked). */
+/* f32 and bf16 convolutions through oneDNN: cpu_dnnl.c. The ops return TQ_DNNL_NA when oneDNN
+ * does not run this descriptor and type (f16, turned off, or no primitive for it on this CPU):
+ * the caller then runs the im2col path. tq_dnnl_conv_need: 1 and the workspace bytes of `kind`
+ * (0 fwd, 1 bwd_data, 2 bwd_filter) when oneDNN runs it, else 0. Descriptors must be valid
+ * (geom-checked). */
 #define TQ_DNNL_NA 1
-int tq_dnnl_conv_need(tq_backend *, const tq_conv_desc *, int kind, size_t *bytes);
-int tq_dnnl_conv_fwd(tq_backend *, const tq_conv_desc *, void *y, const void *x, const void *w,
-                     const float *bias, void *ws, size_t ws_bytes);
-int tq_dnnl_conv_bwd_data(tq_backend *, const tq_conv_desc *, void *dx, float beta,
+int tq_dnnl_conv_need(tq_backend *, const tq_conv_desc *, tq_dtype dt, int kind, size_t *bytes);
+int tq_dnnl_conv_fwd(tq_backend *, const tq_conv_desc *, tq_dtype dt, void *y, const void *x,
+                     const void *w, const float *bias, void *ws, size_t ws_bytes);
+int tq_dnnl_conv_bwd_data(tq_backend *, const tq_conv_desc *, tq_dtype dt, void *dx, float beta,
                           const void *dy, const void *w, void *ws, size_t ws_bytes);
-int tq_dnnl_conv_bwd_filter(tq_backend *, const tq_conv_desc *, float *dw, float *db,
-                            const void *x, const void *dy, void *ws, size_t ws_bytes);
+int tq_dnnl_conv_bwd_filter(tq_backend *, const tq_conv_desc *, tq_dtype dt, float *dw,
+                            float *db, const void *x, const void *dy, void *ws,
+                            size_t ws_bytes);
 void tq_dnnl_free(tq_dnnl *);
 
 /* convolution and linear: cpu_conv.c */

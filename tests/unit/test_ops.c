@@ -18,6 +18,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <immintrin.h>
+
 #include "backend.h"
 
 static tq_backend *be;
@@ -954,6 +956,68 @@ static void test_cast(void **state) {
     assert_memory_equal(c, a, n * 4);
 }
 
+/* The scalar conversions of kernels/common against independent references: F16C (the CPU's own
+ * binary16 rounding) for f16 both ways, and a nearest-candidate search in double for bf16. A
+ * stride through all 2^32 f32 patterns plus every pattern near the f16 rounding edges
+ * (zero/subnormal, subnormal/normal, overflow). NaN only has to stay NaN. */
+__attribute__((target("f16c"))) static uint16_t hw_f16(float f) {
+    return (uint16_t)_cvtss_sh(f, 0);   /* 0: round to nearest even */
+}
+__attribute__((target("f16c"))) static float hw_f32(uint16_t h) { return _cvtsh_ss(h); }
+
+static uint16_t ref_bf16(float f) {
+    uint32_t u = tq_f32_bits(f), lo = u & 0xffff0000u, hi = lo + 0x10000u;
+    if (isinf(f)) return (uint16_t)(u >> 16);
+    /* the two bf16 neighbours as doubles; above the largest bf16 the next one is 2^128 (inf) */
+    double vl = tq_bits_f32(lo);
+    double vh = (hi & 0x7fffffffu) == 0x7f800000u ? copysign(0x1p128, f) : tq_bits_f32(hi);
+    double dl = fabs((double)f - vl), dh = fabs(vh - (double)f);
+    if (dl < dh || (dl == dh && !((lo >> 16) & 1u))) return (uint16_t)(lo >> 16);
+    return (uint16_t)(hi >> 16);
+}
+
+static void check_one(float f, int f16c) {
+    if (isnan(f)) {
+        assert_true(isnan(tq_f16_to_f32(tq_f32_to_f16(f))));
+        assert_true(isnan(tq_bf16_to_f32(tq_f32_to_bf16(f))));
+        return;
+    }
+    if (f16c && tq_f32_to_f16(f) != hw_f16(f)) {
+        print_error("f16 of %a (0x%08x): ours 0x%04x, F16C 0x%04x\n", (double)f,
+                    tq_f32_bits(f), tq_f32_to_f16(f), hw_f16(f));
+        fail();
+    }
+    if (tq_f32_to_bf16(f) != ref_bf16(f)) {
+        print_error("bf16 of %a (0x%08x): ours 0x%04x, reference 0x%04x\n", (double)f,
+                    tq_f32_bits(f), tq_f32_to_bf16(f), ref_bf16(f));
+        fail();
+    }
+}
+
+static void test_conversions_reference(void **state) {
+    (void)state;
+    int f16c = __builtin_cpu_supports("f16c");
+    if (!f16c) printf("# no F16C on this CPU: f16 checked by the bf16/cast tests only\n");
+    for (uint64_t u = 0; u <= 0xffffffffull; u += 65521) check_one(tq_bits_f32((uint32_t)u), f16c);
+    const uint32_t edges[] = { 0x33000000u, 0x38800000u, 0x477ff000u, 0x7f7f8000u, 0x00800000u };
+    for (size_t e = 0; e < sizeof edges / sizeof edges[0]; e++)
+        for (uint32_t d = 0; d < 8192; d++) {
+            uint32_t u = edges[e] - 4096 + d;
+            check_one(tq_bits_f32(u), f16c);
+            check_one(tq_bits_f32(u | 0x80000000u), f16c);
+        }
+    for (uint32_t h = 0; h < 65536; h++) {
+        float ours = tq_f16_to_f32((uint16_t)h), bf = tq_bf16_to_f32((uint16_t)h);
+        if (f16c) {
+            float hw = hw_f32((uint16_t)h);
+            if (isnan(hw)) assert_true(isnan(ours));
+            else assert_memory_equal(&ours, &hw, 4);
+        }
+        uint32_t want = h << 16;                    /* bf16 → f32 is exact: the top half */
+        assert_memory_equal(&bf, &want, 4);
+    }
+}
+
 static void test_unscale_check(void **state) {
     (void)state;
     size_t n = 100000;
@@ -1176,7 +1240,7 @@ int main(void) {
         T(test_vtable_complete), T(test_alloc_accounting), T(test_conv), T(test_conv_chunked),
         T(test_linear), T(test_conv_bad_desc), T(test_bn), T(test_bn_large),
         T(test_bn_deterministic), T(test_bn_bad), T(test_relu), T(test_add_accumulate),
-        T(test_maxpool), T(test_avgpool), T(test_softmax_ce), T(test_cast),
+        T(test_maxpool), T(test_avgpool), T(test_softmax_ce), T(test_cast), T(test_conversions_reference),
         T(test_unscale_check), T(test_sgd), T(test_adamw), T(test_load_batch),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
