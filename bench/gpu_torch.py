@@ -34,7 +34,7 @@ def one(model_name, batch, amp, accum, steps, warmup, h, w, c):
     model.train()
     opt = tq.make_optimizer(model, SGD)
     dtype = DTYPES[amp]
-    scaler = torch.cuda.amp.GradScaler(enabled=(amp == "fp16"))
+    scaler = torch.amp.GradScaler("cuda", enabled=(amp == "fp16"))
     xs = [torch.randn(batch, c, h, w, device=dev).to(memory_format=torch.channels_last) for _ in range(accum)]
     ys = [torch.randint(0, 10, (batch,), device=dev) for _ in range(accum)]
     times = []
@@ -70,6 +70,7 @@ def main():
     ap.add_argument("--steps", type=int, default=40)
     ap.add_argument("--warmup", type=int, default=8)
     ap.add_argument("--shape", default="32,32,3", help="H,W,C")
+    ap.add_argument("--cells", default="", help="BATCH:AMP:ACCUM,... in this order (instead of the grid)")
     a = ap.parse_args()
     if not torch.cuda.is_available():
         print("gpu_torch: PyTorch sees no CUDA device", file=sys.stderr)
@@ -78,12 +79,15 @@ def main():
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     h, w, c = (int(v) for v in a.shape.split(","))
-    for b in (int(v) for v in a.batches.split(",")):
-        for amp in a.amps.split(","):
-            for acc in (int(v) for v in a.accums.split(",")):
-                r = one(a.model, b, amp, acc, a.steps, a.warmup, h, w, c)
-                print(json.dumps(r), flush=True)
-                torch.cuda.empty_cache()
+    if a.cells:
+        cells = [(int(b), amp, int(acc)) for b, amp, acc in (x.split(":") for x in a.cells.split(","))]
+    else:
+        cells = [(int(b), amp, int(acc)) for b in a.batches.split(",") for amp in a.amps.split(",")
+                 for acc in a.accums.split(",")]
+    for b, amp, acc in cells:
+        r = one(a.model, b, amp, acc, a.steps, a.warmup, h, w, c)
+        print(json.dumps(r), flush=True)
+        torch.cuda.empty_cache()
     return 0
 
 
