@@ -64,7 +64,7 @@ MAIN_OBJ := $(MAIN_SRC:%.c=$(BUILD)/obj/%.o)
 TESTS    := $(TEST_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 LIB      := $(BUILD)/libtrainq.a
 
-.PHONY: all deps test unit parity run clean bench
+.PHONY: all deps test unit parity run clean bench bench-cpu
 all: $(BUILD)/trainq $(BUILD)/gpu_ops
 
 deps:
@@ -123,7 +123,13 @@ run: deps
 	      "try: curl --json @examples/default.json http://127.0.0.1:8470/v1/jobs)"
 	exec $(BUILD)/trainq serve --db var/trainq.db
 
+# the article's grid through the daemon, trainq next to PyTorch (~10 min on 2 cores):
+# rewrites docs/benchmarks.md's bench/run section, docs/img/bench-run-*.png, docs/bench-results.json
 bench: deps
+	$(MAKE) all
+	TRAINQ=$(abspath $(BUILD))/trainq $(PYTHON) bench/run
+# trainq vs PyTorch samples/s for cnn and resnet20 (bench/cpu; BATCH=, ROUNDS=)
+bench-cpu: deps
 	$(MAKE) all
 	bench/cpu
 
