@@ -95,6 +95,13 @@ typedef struct tq_backend_i {
     int (*bn_fwd_infer)(tq_backend *, tq_shape, tq_dtype dt, void *y, const void *x,
                         const float *gamma, const float *beta, const float *run_mean,
                         const float *run_var, float eps);
+    /* y = (x − mean)·invstd·γ + β with given (saved) statistics, rounded to dt, plus res when
+     * res is not NULL (then rounded again), then max(y, 0) when relu: bit for bit what the
+     * training forward's bn (→ add) → relu chain stored, so that the backward can recompute
+     * such an output instead of keeping it (train/graph.c). */
+    int (*bn_norm)(tq_backend *, tq_shape, tq_dtype dt, void *y, const void *x, const void *res,
+                   const float *gamma, const float *beta, const float *mean, const float *invstd,
+                   int relu);
     int (*bn_bwd)(tq_backend *, tq_shape, tq_dtype dt, void *dx, float beta_dx, float *dgamma,
                   float *dbeta, const void *dy, const void *x, const float *gamma,
                   const float *save_mean, const float *save_invstd);

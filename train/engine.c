@@ -193,6 +193,15 @@ static int backward_node(tq_engine *e, const tq_node *nd) {
     tq_shape xs = g->tensors[nd->in[0]].shape;
     switch (nd->op) {
     case TQ_OP_CONV:
+        x = tq_tdata(e, nd->bwd_x);
+        if (nd->remat >= 0) {   /* regenerate x = relu(bn(·) [+ res]) from the BN's saved input */
+            const tq_remat *rm = &g->remats[nd->remat];
+            const tq_node *bn = &g->nodes[rm->bn];
+            CHK(I->bn_norm(be, g->tensors[bn->in[0]].shape, dt, tq_tdata(e, rm->dst),
+                           tq_tdata(e, bn->in[0]), rm->res >= 0 ? tq_tdata(e, rm->res) : NULL,
+                           e->params + bn->g_off, e->params + bn->bt_off,
+                           tq_tdata(e, bn->stat[0]), tq_tdata(e, bn->stat[1]), 1));
+        }
         if (dx) CHK(I->conv_bwd_data(be, &nd->cd, dt, dx, nd->din_beta[0], dy, tq_wdata(e, nd->w_off),
                                      e->ws, e->ws_bytes));
         return I->conv_bwd_filter(be, &nd->cd, dt, e->grads + nd->w_off,
@@ -209,7 +218,7 @@ static int backward_node(tq_engine *e, const tq_node *nd) {
                          dy, x, e->params + nd->g_off, tq_tdata(e, nd->stat[0]), tq_tdata(e, nd->stat[1]));
     case TQ_OP_RELU:
         TQ_ASSERT(dx);
-        return I->relu_bwd(be, tq_shape_numel(xs), dt, dx, nd->din_beta[0], dy, tq_tdata(e, nd->out));
+        return I->relu_bwd(be, tq_shape_numel(xs), dt, dx, nd->din_beta[0], dy, tq_tdata(e, nd->bwd_y));
     case TQ_OP_ADD:
         if (dx) CHK(I->accumulate(be, tq_shape_numel(xs), dt, dx, nd->din_beta[0], dy));
         if (nd->need_din[1])

@@ -41,6 +41,7 @@ static tq_node *new_node(tq_graph *g, tq_op op) {
     n->in[0] = n->in[1] = n->out = n->stat[0] = n->stat[1] = -1;
     n->w_off = n->b_off = n->g_off = n->bt_off = n->rm_off = n->rv_off = TQ_NONE;
     n->bn_index = -1;
+    n->bwd_x = n->bwd_y = n->remat = -1;
     return n;
 }
 
@@ -57,7 +58,7 @@ tq_graph *tq_graph_new(int batch, int h, int w, int c, tq_dtype dt) {
 
 void tq_graph_free(tq_graph *g) {
     if (!g) return;
-    free(g->nodes); free(g->tensors); free(g->params); free(g);
+    free(g->nodes); free(g->tensors); free(g->params); free(g->remats); free(g);
 }
 
 void tq_graph_push_scope(tq_graph *g, const char *fmt, ...) {
@@ -192,10 +193,63 @@ static void extend(tq_tensor *t, int time) {
     if (time > t->t_end) t->t_end = time;
 }
 
+/* Which ReLU outputs the backward regenerates rather than keeps (graph.h). */
+static void plan_recompute(tq_graph *g) {
+    int nt = g->ntensors;
+    int *uses = calloc((size_t)nt, sizeof(int)), *producer = malloc(sizeof(int) * nt);
+    char *redone = calloc((size_t)nt, 1);
+    TQ_ASSERT(uses && producer && redone);
+    for (int t = 0; t < nt; t++) producer[t] = -1;
+    for (int i = 0; i < g->nnodes; i++) {
+        tq_node *n = &g->nodes[i];
+        for (int j = 0; j < n->nin; j++) uses[n->in[j]]++;
+        if (n->out >= 0) producer[n->out] = i;
+        if (n->op == TQ_OP_CONV) n->bwd_x = n->in[0];
+        if (n->op == TQ_OP_RELU) n->bwd_y = n->out;
+    }
+#define IS(t, o) ((t) >= 0 && producer[t] >= 0 && g->nodes[producer[t]].op == (o))
+    for (int r = 0; r < g->nnodes && !g->no_recompute; r++) {
+        if (g->nodes[r].op != TQ_OP_RELU) continue;
+        int y = g->nodes[r].out, a = g->nodes[r].in[0], bn = -1, res = -1;
+        if (uses[a] != 1) continue;
+        if (IS(a, TQ_OP_BN)) {
+            bn = producer[a];
+        } else if (IS(a, TQ_OP_ADD)) {   /* relu(bn(x) + r): r a kept ReLU output */
+            const tq_node *ad = &g->nodes[producer[a]];
+            for (int j = 0; j < 2 && bn < 0; j++) {
+                int p = ad->in[j], q = ad->in[1 - j];
+                if (IS(p, TQ_OP_BN) && uses[p] == 1 && IS(q, TQ_OP_RELU) && !redone[q]) { bn = producer[p]; res = q; }
+            }
+        }
+        if (bn < 0) continue;
+        int ok = 1, first = -1;            /* readers: convolutions (read in backward), adds (not) */
+        for (int i = r + 1; i < g->nnodes && ok; i++) {
+            const tq_node *n = &g->nodes[i];
+            for (int j = 0; j < n->nin; j++) {
+                if (n->in[j] != y) continue;
+                if (n->op == TQ_OP_CONV && j == 0) first = i;
+                else if (n->op != TQ_OP_ADD) ok = 0;
+            }
+        }
+        if (!ok || first < 0) continue;
+        int dst = new_tensor(g, g->tensors[y].shape, g->tensors[y].dt, TQ_T_ACT);
+        for (int i = r + 1; i < g->nnodes; i++)
+            if (g->nodes[i].op == TQ_OP_CONV && g->nodes[i].in[0] == y) g->nodes[i].bwd_x = dst;
+        g->nodes[r].bwd_y = dst;
+        g->remats = grow(g->remats, &g->cap_remats, g->nremats + 1, sizeof(tq_remat));
+        g->remats[g->nremats] = (tq_remat){dst, bn, res};
+        g->nodes[first].remat = g->nremats++;   /* the latest reader runs its backward first */
+        redone[y] = 1;
+    }
+#undef IS
+    free(uses); free(producer); free(redone);
+}
+
 /* Lifetimes of activations (forward uses + what backward keeps) and their gradients. */
 static void lifetimes(tq_graph *g) {
     int L = g->nnodes - 1;
     TQ_ASSERT(g->nodes[L].op == TQ_OP_LOSS);
+    plan_recompute(g);
     extend(&g->tensors[g->labels], 0);
     for (int i = 0; i < g->nnodes; i++) {
         tq_node *n = &g->nodes[i];
@@ -203,11 +257,22 @@ static void lifetimes(tq_graph *g) {
         if (n->out >= 0) extend(&g->tensors[n->out], i);
         for (int j = 0; j < n->nin; j++) extend(&g->tensors[n->in[j]], i);
         switch (n->op) {
-        case TQ_OP_CONV: case TQ_OP_LINEAR: case TQ_OP_BN: case TQ_OP_MAXPOOL:
+        case TQ_OP_CONV:   /* a recomputed x lives from this backward to its ReLU's */
+            extend(&g->tensors[n->bwd_x], bt);
+            if (n->remat >= 0) {   /* what regenerates it must still be there */
+                const tq_remat *rm = &g->remats[n->remat];
+                const tq_node *b = &g->nodes[rm->bn];
+                extend(&g->tensors[b->in[0]], bt);
+                extend(&g->tensors[b->stat[0]], bt);
+                extend(&g->tensors[b->stat[1]], bt);
+                if (rm->res >= 0) extend(&g->tensors[rm->res], bt);
+            }
+            break;
+        case TQ_OP_LINEAR: case TQ_OP_BN: case TQ_OP_MAXPOOL:
             extend(&g->tensors[n->in[0]], bt);
             break;
         case TQ_OP_RELU:
-            extend(&g->tensors[n->out], bt);
+            extend(&g->tensors[n->bwd_y], bt);
             break;
         default: break;
         }

@@ -12,6 +12,13 @@
  *   batch-norm on the host.
  * - Schedule time: forward of node i at time i; the loss node (last, index L) runs its forward
  *   and backward at time L; backward of node i < L at time 2L − i.
+ * - Recomputation (unless no_recompute is set before planning): the output of relu(bn(x)), or
+ *   of relu(bn(x) + r) with r a kept ReLU output, whose backward readers are convolutions (and
+ *   its ReLU) is not kept for the backward. The first of those convolutions' backwards
+ *   regenerates it (backend bn_norm) from x and the batch statistics, which the BN backward
+ *   keeps anyway, into a tensor that lives from there to the ReLU's backward: bit for bit the
+ *   forward's values for one element-wise pass. In a ResNet that is the first ReLU of every
+ *   block and every other block's output.
  * - The graph owns its memory (tq_graph_free). Not thread-safe; one trainer uses one graph.
  */
 #ifndef TQ_GRAPH_H
@@ -66,7 +73,13 @@ typedef struct {
     size_t g_off, bt_off;     /* bn: gamma, beta offsets in params */
     size_t rm_off, rv_off;    /* bn: running mean/var offsets in buffers */
     int bn_index;
+    int bwd_x;                /* conv: the tensor its backward reads as x (in[0], or a recompute) */
+    int bwd_y;                /* relu: the tensor its backward reads as y (out, or a recompute) */
+    int remat;                /* index in tq_graph.remats to run before this backward, -1 none */
 } tq_node;
+
+/* A recomputed activation: dst = relu(bn(x) [+ res]) with bn's saved input and statistics. */
+typedef struct { int dst, bn, res; } tq_remat;
 
 #define TQ_NONE ((size_t)-1)
 
@@ -81,6 +94,8 @@ typedef struct tq_graph {
     int nbn;
     int input, labels;        /* tensor ids */
     char scope[8][48]; int nscope;
+    int no_recompute;         /* set before tq_graph_plan: keep every ReLU(BN) output */
+    tq_remat *remats; int nremats, cap_remats;   /* the plan's recomputed activations */
     /* plan */
     size_t arena_bytes, workspace_bytes;
     int planned;

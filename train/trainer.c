@@ -52,7 +52,10 @@ static int load_data(const tq_spec *sp, tq_dataset *ds, char *code, size_t cl, c
 static tq_graph *build(const tq_spec *sp, const tq_dataset *ds, tq_backend *be, char *err, size_t el) {
     tq_graph *g = tq_model_build(sp->model, sp->batch_size, ds->train.h, ds->train.w, ds->train.c,
                                  ds->classes, tq_amp_dtype(sp->amp), err, el);
-    if (g) tq_graph_plan(g, be);
+    if (g) {
+        g->no_recompute = !sp->recompute;
+        tq_graph_plan(g, be);
+    }
     return g;
 }
 

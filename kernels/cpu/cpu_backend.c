@@ -107,6 +107,7 @@ static const tq_backend_i cpu_iface = {
     .linear_bwd_filter = tq_cpu_linear_bwd_filter,
     .bn_fwd_train = tq_cpu_bn_fwd_train,
     .bn_fwd_infer = tq_cpu_bn_fwd_infer,
+    .bn_norm = tq_cpu_bn_norm,
     .bn_bwd = tq_cpu_bn_bwd,
     .relu_fwd = tq_cpu_relu_fwd,
     .relu_bwd = tq_cpu_relu_bwd,

@@ -121,27 +121,40 @@ void tq_cpu_chan_sums(tq_backend *be, tq_red_mode mode, size_t m, size_t ld, siz
     }
 }
 
-/* y = (x − mu)·is·g + b over rows [r0,r1) of the channel window [c0, c0+cw). */
+/* y = (x − mu)·is·g + b over rows [r0,r1) of the channel window [c0, c0+cw); with relu,
+ * ReLU'd as relu_fwd does, with res, res added to the stored value first (as add_fwd does). */
 TQ_ALWAYS_INLINE void norm_rows(tq_dtype dt, size_t r0, size_t r1, size_t ld, size_t c0, int cw,
-                                void *y, const void *x, const float *mu, const float *is,
-                                const float *g, const float *b) {
+                                void *y, const void *x, const void *res, const float *mu,
+                                const float *is, const float *g, const float *b, int relu) {
     for (size_t r = r0; r < r1; r++) {
         size_t base = r * ld + c0;
-        TQ_SIMD(dt, for (int j = 0; j < cw; j++)
-            tq_st(y, dt, base + j, tq_bn_norm(tq_ld(x, dt, base + j), mu[j], is[j], g[j], b[j])););
+        if (res)
+            TQ_SIMD(dt, for (int j = 0; j < cw; j++) {
+                float v = tq_round_to(dt, tq_bn_norm(tq_ld(x, dt, base + j), mu[j], is[j], g[j], b[j]));
+                v += tq_ld(res, dt, base + j);
+                tq_st(y, dt, base + j, relu && v <= 0.0f ? 0.0f : v);
+            });
+        else if (relu)
+            TQ_SIMD(dt, for (int j = 0; j < cw; j++) {
+                float v = tq_bn_norm(tq_ld(x, dt, base + j), mu[j], is[j], g[j], b[j]);
+                tq_st(y, dt, base + j, v <= 0.0f ? 0.0f : v);
+            });
+        else
+            TQ_SIMD(dt, for (int j = 0; j < cw; j++)
+                tq_st(y, dt, base + j, tq_bn_norm(tq_ld(x, dt, base + j), mu[j], is[j], g[j], b[j])););
     }
 }
 
 static void norm_pass(tq_backend *be, tq_dtype dt, size_t m, size_t ld, size_t c0, int cw,
-                      void *y, const void *x, const float *mu, const float *is, const float *g,
-                      const float *b) {
+                      void *y, const void *x, const void *res, const float *mu, const float *is,
+                      const float *g, const float *b, int relu) {
     size_t nrb = (m + ROW_BLK - 1) / ROW_BLK;
     int nt = tq_cpu_nt(be);
     int par = (double)m * cw > TQ_PAR_MIN;
 #pragma omp parallel for num_threads(nt) schedule(static) if (par)
     for (size_t rb = 0; rb < nrb; rb++) {
         size_t r0 = rb * ROW_BLK, r1 = r0 + ROW_BLK < m ? r0 + ROW_BLK : m;
-        TQ_DT_CALL(dt, norm_rows, r0, r1, ld, c0, cw, y, x, mu, is, g, b);
+        TQ_DT_CALL(dt, norm_rows, r0, r1, ld, c0, cw, y, x, res, mu, is, g, b, relu);
     }
 }
 
@@ -190,7 +203,7 @@ int tq_cpu_bn_fwd_train(tq_backend *be, tq_shape s, tq_dtype dt, void *y, const 
             is[j] = save_invstd[c0 + j];
         }
         load_affine(gamma, beta, c0, cw, g, b);
-        norm_pass(be, dt, m, C, c0, cw, y, x, save_mean + c0, is, g, b);
+        norm_pass(be, dt, m, C, c0, cw, y, x, NULL, save_mean + c0, is, g, b, 0);
     }
     return TQ_OK;
 }
@@ -210,7 +223,26 @@ int tq_cpu_bn_fwd_infer(tq_backend *be, tq_shape s, tq_dtype dt, void *y, const 
         float is[TQ_CGROUP], g[TQ_CGROUP], b[TQ_CGROUP];
         for (int j = 0; j < cw; j++) is[j] = 1.0f / sqrtf(run_var[c0 + j] + eps);
         load_affine(gamma, beta, c0, cw, g, b);
-        norm_pass(be, dt, m, C, c0, cw, y, x, run_mean + c0, is, g, b);
+        norm_pass(be, dt, m, C, c0, cw, y, x, NULL, run_mean + c0, is, g, b, 0);
+    }
+    return TQ_OK;
+}
+
+int tq_cpu_bn_norm(tq_backend *be, tq_shape s, tq_dtype dt, void *y, const void *x,
+                   const void *res, const float *gamma, const float *beta, const float *mean, const float *invstd,
+                   int relu) {
+    int rc = tq_cpu_check_shape(be, "bn_norm", s, dt);
+    if (rc) return rc;
+    if (!mean || !invstd) {
+        tq_backend_seterr(be, "bn_norm: mean/invstd missing");
+        return TQ_EINVAL;
+    }
+    size_t m = (size_t)s.n * s.h * s.w, C = (size_t)s.c;
+    for (size_t c0 = 0; c0 < C; c0 += TQ_CGROUP) {
+        int cw = C - c0 < TQ_CGROUP ? (int)(C - c0) : TQ_CGROUP;
+        float g[TQ_CGROUP], b[TQ_CGROUP];
+        load_affine(gamma, beta, c0, cw, g, b);
+        norm_pass(be, dt, m, C, c0, cw, y, x, res, mean + c0, invstd + c0, g, b, relu);
     }
     return TQ_OK;
 }

@@ -100,6 +100,9 @@ int tq_cpu_bn_fwd_train(tq_backend *, tq_shape, tq_dtype dt, void *y, const void
                         const float *gamma, const float *beta, float *save_mean,
                         float *save_invstd, float *run_mean, float *run_var, float momentum,
                         float eps);
+int tq_cpu_bn_norm(tq_backend *, tq_shape, tq_dtype dt, void *y, const void *x, const void *res,
+                   const float *gamma, const float *beta, const float *mean, const float *invstd,
+                   int relu);
 int tq_cpu_bn_fwd_infer(tq_backend *, tq_shape, tq_dtype dt, void *y, const void *x,
                         const float *gamma, const float *beta, const float *run_mean,
                         const float *run_var, float eps);

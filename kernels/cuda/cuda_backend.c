@@ -238,6 +238,7 @@ static const tq_backend_i cuda_iface = {
     .linear_bwd_filter = tqc_linear_bwd_filter,
     .bn_fwd_train = tqc_bn_fwd_train,
     .bn_fwd_infer = tqc_bn_fwd_infer,
+    .bn_norm = tqc_bn_norm,
     .bn_bwd = tqc_bn_bwd,
     .relu_fwd = tqc_relu_fwd,
     .relu_bwd = tqc_relu_bwd,

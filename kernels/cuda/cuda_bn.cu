@@ -147,11 +147,12 @@ __global__ void k_bn_stats_fin(int C, unsigned G, size_t m, const void *x, const
         run_var[c] = (1.0f - momentum) * run_var[c] + momentum * (float)(var * dm / (dm - 1.0));
 }
 
-/* y = (x − mu)·is·g + b; g, b may be NULL (1, 0). */
+/* y = (x − mu)·is·g + b; with res, res added to the stored value (as add_fwd does); with relu,
+ * ReLU'd as relu_fwd does; g, b may be NULL (1, 0). */
 template <int DT>
 __global__ void __launch_bounds__(TQC_RED_THREADS)
-k_bn_norm(size_t m, int C, int tc, void *y, const void *x, const float *mu, const float *is,
-          const float *gamma, const float *beta) {
+k_bn_norm(size_t m, int C, int tc, void *y, const void *x, const void *res, const float *mu,
+          const float *is, const float *gamma, const float *beta, int relu) {
     const int tid = threadIdx.x, lane = tid & (tc - 1), rl = tid / tc, RL = TQC_RED_THREADS / tc;
     const int c = blockIdx.x * tc + lane;
     if (c >= C) return;
@@ -159,16 +160,19 @@ k_bn_norm(size_t m, int C, int tc, void *y, const void *x, const float *mu, cons
     const size_t step = (size_t)gridDim.y * RL;
     for (size_t r = (size_t)blockIdx.y * RL + rl; r < m; r += step) {
         size_t i = r * C + c;
-        stx<DT>(y, i, tq_bn_norm(ldx<DT>(x, i), mc, ic, gc, bc));
+        float v = tq_bn_norm(ldx<DT>(x, i), mc, ic, gc, bc);
+        if (res) v = tq_round_to((tq_dtype)DT, v) + ldx<DT>(res, i);
+        stx<DT>(y, i, relu && v <= 0.0f ? 0.0f : v);
     }
 }
 
 static int launch_norm(tq_backend *be, tq_dtype dt, size_t m, int C, void *y, const void *x,
-                       const float *mu, const float *is, const float *gamma, const float *beta) {
+                       const float *mu, const float *is, const float *gamma, const float *beta,
+                       int relu = 0, const void *res = NULL) {
     tqc_ctile t = tqc_ctile_of(C);
     dim3 grid(t.gx, tqc_rows_grid(m, t));
     TQC_DT_SWITCH(dt, DT, (k_bn_norm<DT><<<grid, TQC_RED_THREADS, 0, tqc(be)->stream>>>(
-                              m, C, t.tc, y, x, mu, is, gamma, beta)));
+                              m, C, t.tc, y, x, res, mu, is, gamma, beta, relu)));
     TQC_LAUNCH_CHECK(be);
     return TQ_OK;
 }
@@ -223,6 +227,20 @@ extern "C" int tqc_bn_fwd_infer(tq_backend *be, tq_shape s, tq_dtype dt, void *y
     k_infer_is<<<(unsigned)((s.c + 127) / 128), 128, 0, tqc(be)->stream>>>(s.c, run_var, eps, p.aux);
     TQC_LAUNCH_CHECK(be);
     return launch_norm(be, dt, m, s.c, y, x, run_mean, p.aux, gamma, beta);
+}
+
+extern "C" int tqc_bn_norm(tq_backend *be, tq_shape s, tq_dtype dt, void *y, const void *x,
+                           const void *res, const float *gamma, const float *beta, const float *mean,
+                           const float *invstd, int relu) {
+    const char *op = "bn_norm";
+    int rc = tqc_check_shape(be, op, s, dt);
+    if (rc) return rc;
+    TQC_NEED(be, op, mean);
+    TQC_NEED(be, op, invstd);
+    TQC_NEED(be, op, x);
+    TQC_NEED(be, op, y);
+    return launch_norm(be, dt, (size_t)s.n * s.h * s.w, s.c, y, x, mean, invstd, gamma, beta, relu,
+                       res);
 }
 
 /* sdb = Σdy, sdg = Σdy·(x − mu)·is (f32 as the CPU rounds them), added into dgamma/dbeta and

@@ -434,14 +434,25 @@ static const tq_shape BNS[] = {
 };
 
 static void bn_case(tq_shape s, tq_dtype dt, int v) {
-    static const char *const op[] = { "bn_fwd_train", "bn_fwd_infer", "bn_bwd", "bn_bwd" };
+    static const char *const op[] = { "bn_fwd_train", "bn_fwd_infer", "bn_bwd", "bn_bwd",
+                                      "bn_norm", "bn_norm", "bn_norm" };
+    static const char *const par[] = { "", "", " beta_dx 0", " beta_dx 1", " relu", " +res relu", "" };
     const size_t n = tq_shape_numel(s), C = (size_t)s.c, m = n / C;
     const float momentum = 0.1f, eps = 1e-5f;
     tcase c;
-    case_begin(&c, op[v], dt, "%dx%dx%dx%d (N*H*W %zu)%s", s.n, s.h, s.w, s.c, m,
-               v == 2 ? " beta_dx 0" : v == 3 ? " beta_dx 1" : "");
+    case_begin(&c, op[v], dt, "%dx%dx%dx%d (N*H*W %zu)%s", s.n, s.h, s.w, s.c, m, par[v]);
     tbuf *gamma = tb_in(&c, "gamma", K_F32, C, 0.5, 1.5);
-    if (v == 0) {
+    if (v >= 4) {   /* the recomputation of relu(bn(x) [+ res]) with given statistics */
+        tbuf *x = tb_in(&c, "x", dt, n, -1, 3);
+        tbuf *beta = tb_in(&c, "beta", K_F32, C, -0.5, 0.5);
+        tbuf *mean = tb_in(&c, "mean", K_F32, C, 0, 2);
+        tbuf *invstd = tb_in(&c, "invstd", K_F32, C, 0.5, 2);
+        tbuf *res = v == 5 ? tb_in(&c, "res", dt, n, -2, 2) : NULL;
+        tbuf *y = tb_out(&c, "y", dt, n);
+        RUN(&c, be->i->bn_norm(be, s, dt, P(y), P(x), P(res), P(gamma), P(beta), P(mean),
+                               P(invstd), v != 6));
+        check(&c, y);
+    } else if (v == 0) {
         tbuf *x = tb_in(&c, "x", dt, n, -1, 3);                 /* mean away from 0 */
         tbuf *beta = tb_in(&c, "beta", K_F32, C, -0.5, 0.5);
         tbuf *y = tb_out(&c, "y", dt, n);
@@ -716,7 +727,7 @@ static void load_case(const lb_shape *s, tq_dtype dt, int augment) {
 /* ---- driver ---- */
 static const char *const OPS[] = {
     "conv_fwd", "conv_bwd_data", "conv_bwd_filter", "linear_fwd", "linear_bwd_data",
-    "linear_bwd_filter", "bn_fwd_train", "bn_fwd_infer", "bn_bwd", "relu_fwd", "relu_bwd",
+    "linear_bwd_filter", "bn_fwd_train", "bn_fwd_infer", "bn_norm", "bn_bwd", "relu_fwd", "relu_bwd",
     "add_fwd", "accumulate", "maxpool_fwd", "maxpool_bwd", "avgpool_fwd", "avgpool_bwd",
     "softmax_ce", "softmax_ce_eval", "cast", "unscale_check", "sgd_step", "adamw_step", "load_batch",
 };
@@ -731,7 +742,7 @@ static void run_all(void) {
             for (int v = 0; v < 5; v++) linear_case(&LINS[i], DTS[d], v);
     for (size_t i = 0; i < NELEM(BNS); i++)
         for (int d = 0; d < 3; d++)
-            for (int v = 0; v < 4; v++) bn_case(BNS[i], DTS[d], v);
+            for (int v = 0; v < 7; v++) bn_case(BNS[i], DTS[d], v);
     for (size_t i = 0; i < NELEM(ELN); i++)
         for (int d = 0; d < 3; d++)
             for (int v = 0; v < 9; v++)

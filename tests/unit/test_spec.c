@@ -159,7 +159,7 @@ static void test_default_rendering(void **state) {
         "\"seed\":0,\"shuffle\":true,\"augment\":false,\"train_subset\":null,\"eval_subset\":null,"
         "\"eval_every\":0,\"checkpoint_every\":500,\"init_from\":null,\"device\":\"auto\","
         "\"max_memory_mb\":null,\"priority\":0,\"submission_id\":null,\"timeout_s\":null,"
-        "\"cudnn_benchmark\":true,\"prune\":null,\"quantize\":null,\"threads\":0}");
+        "\"cudnn_benchmark\":true,\"prune\":null,\"quantize\":null,\"threads\":0,\"recompute\":true}");
     free(text);
 }
 
@@ -679,7 +679,7 @@ static void test_rendering(void **state) {
         "name", "model", "dataset", "data_dir", "batch_size", "accum_steps", "amp", "optimizer",
         "lr_schedule", "loss_scale", "seed", "shuffle", "augment", "train_subset", "eval_subset",
         "eval_every", "checkpoint_every", "init_from", "device", "max_memory_mb", "priority",
-        "submission_id", "timeout_s", "cudnn_benchmark", "prune", "quantize", "threads" };
+        "submission_id", "timeout_s", "cudnn_benchmark", "prune", "quantize", "threads", "recompute" };
     j = render("{}");
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) {
         if (!cJSON_GetObjectItemCaseSensitive(j, all[i])) print_error("missing %s\n", all[i]);
