@@ -134,10 +134,14 @@ typedef struct tq_backend_i {
     int (*cast)(tq_backend *, size_t n, tq_dtype dst_dt, void *dst, tq_dtype src_dt, const void *src);
     /* g *= inv_scale; *found_inf = 1 (f32 on the device) when any g is inf/NaN */
     int (*unscale_check)(tq_backend *, size_t n, float *g, float inv_scale, float *found_inf);
+    /* One optimizer step over the flat buffers. skip: NULL, or a flag in the backend's memory
+     * (unscale_check's found_inf): when it is nonzero the step leaves w and the state as they
+     * are (a loss-scale overflow), decided where the data lives, without a host sync. */
     int (*sgd_step)(tq_backend *, size_t n, float *w, const float *g, float *buf, float lr,
-                    float momentum, float wd, int nesterov);
+                    float momentum, float wd, int nesterov, const float *skip);
     int (*adamw_step)(tq_backend *, size_t n, float *w, const float *g, float *m, float *v,
-                      float lr, float b1, float b2, float eps, float wd, float bc1, float bc2);
+                      float lr, float b1, float b2, float eps, float wd, float bc1, float bc2,
+                      const float *skip);
 
     /* data: x[i] = normalize(augment(images[idx[i]])) as dt, labels[i] = lab[idx[i]].
      * images are uint8 HWC of shape (h,w,c); aug may be NULL (no augmentation); pad is the

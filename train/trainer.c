@@ -233,19 +233,20 @@ static int mkdir_p(const char *dir) {
     return mkdir(buf, 0755) && errno != EEXIST ? -1 : 0;
 }
 
-static int optimizer_step(run_ctx *r, double lr, int64_t t) {
+/* t: the step count AdamW's bias correction uses; skip: the backend's overflow flag or NULL */
+static int optimizer_step(run_ctx *r, double lr, int64_t t, const float *skip) {
     const tq_spec *sp = r->sp;
     tq_engine *e = &r->e;
     size_t P = e->g->nparam_elems;
     if (sp->optimizer.type == TQ_OPT_SGD)
         return r->be->i->sgd_step(r->be, P, e->params, e->grads, e->opt_a, (float)lr,
                                   (float)sp->optimizer.momentum, (float)sp->optimizer.weight_decay,
-                                  sp->optimizer.nesterov);
+                                  sp->optimizer.nesterov, skip);
     double b1 = sp->optimizer.beta1, b2 = sp->optimizer.beta2;
     return r->be->i->adamw_step(r->be, P, e->params, e->grads, e->opt_a, e->opt_b, (float)lr,
                                 (float)b1, (float)b2, (float)sp->optimizer.eps,
                                 (float)sp->optimizer.weight_decay, (float)(1.0 - pow(b1, (double)t)),
-                                (float)(1.0 - pow(b2, (double)t)));
+                                (float)(1.0 - pow(b2, (double)t)), skip);
 }
 
 /* The backend a spec asks for. "auto": the first GPU when one works, else the CPU (the reason
@@ -390,17 +391,17 @@ int tq_train(const tq_spec *sp, const tq_run_opts *o, tq_summary *sum) {
         }
         if (!rc && fp16) rc = I->unscale_check(be, g->nparam_elems, r.e.grads, (float)(1.0 / scale), r.e.scalars + 2);
         if (rc) { fail(sum, "backend_error", be->err); goto done; }
-        float sc[3];
-        I->to_host(be, sc, r.e.scalars, sizeof sc);     /* the one sync of the step */
-        int found_inf = fp16 && sc[2] != 0.0f;
+        /* the optimizer reads the overflow flag where it lives and skips itself (the low-precision
+         * weight copy is then refreshed from unchanged weights): nothing waits for the host */
         double lr = tq_lr_at(sp, s, total);
         double used_scale = scale;
-        if (!found_inf) {
-            st.opt_t++;
-            if ((rc = optimizer_step(&r, lr, st.opt_t)) || (rc = tq_engine_refresh_wlow(&r.e))) { fail(sum, "backend_error", be->err); goto done; }
-        } else {
-            st.skipped_steps++;
-        }
+        if ((rc = optimizer_step(&r, lr, st.opt_t + 1, fp16 ? r.e.scalars + 2 : NULL)) ||
+            (rc = tq_engine_refresh_wlow(&r.e))) { fail(sum, "backend_error", be->err); goto done; }
+        float sc[3];
+        I->to_host(be, sc, r.e.scalars, sizeof sc);     /* the one sync of the step: loss, hits, overflow */
+        int found_inf = fp16 && sc[2] != 0.0f;
+        if (!found_inf) st.opt_t++;
+        else st.skipped_steps++;
         if (fp16) {
             float fs = (float)scale;
             tq_scaler_update(&fs, &tracker, found_inf, (float)sp->loss_scale.growth_factor,

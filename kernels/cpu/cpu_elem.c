@@ -139,11 +139,12 @@ int tq_cpu_unscale_check(tq_backend *be, size_t n, float *g, float inv_scale, fl
 }
 
 int tq_cpu_sgd_step(tq_backend *be, size_t n, float *w, const float *g, float *buf, float lr,
-                    float momentum, float wd, int nesterov) {
+                    float momentum, float wd, int nesterov, const float *skip) {
     if (momentum != 0.0f && !buf) {
         tq_backend_seterr(be, "sgd_step: momentum %g needs a buffer", (double)momentum);
         return TQ_EINVAL;
     }
+    if (skip && *skip != 0.0f) return TQ_OK;
     int nt = tq_cpu_nt(be), par = n > TQ_PAR_MIN;
     if (momentum == 0.0f) {
 #pragma omp parallel for simd num_threads(nt) schedule(static) if (par)
@@ -159,11 +160,13 @@ int tq_cpu_sgd_step(tq_backend *be, size_t n, float *w, const float *g, float *b
 }
 
 int tq_cpu_adamw_step(tq_backend *be, size_t n, float *w, const float *g, float *m, float *v,
-                      float lr, float b1, float b2, float eps, float wd, float bc1, float bc2) {
+                      float lr, float b1, float b2, float eps, float wd, float bc1, float bc2,
+                      const float *skip) {
     if (!m || !v) {
         tq_backend_seterr(be, "adamw_step: moment buffers missing");
         return TQ_EINVAL;
     }
+    if (skip && *skip != 0.0f) return TQ_OK;
     int nt = tq_cpu_nt(be), par = n > TQ_PAR_MIN;
 #pragma omp parallel for simd num_threads(nt) schedule(static) if (par)
     for (size_t i = 0; i < n; i++) tq_adamw_1(&w[i], g[i], &m[i], &v[i], lr, b1, b2, eps, wd, bc1, bc2);

@@ -122,9 +122,9 @@ int tqc_softmax_ce_eval(tq_backend *, int n, int classes, tq_dtype dt, const voi
 int tqc_cast(tq_backend *, size_t n, tq_dtype dst_dt, void *dst, tq_dtype src_dt, const void *src);
 int tqc_unscale_check(tq_backend *, size_t n, float *g, float inv_scale, float *found_inf);
 int tqc_sgd_step(tq_backend *, size_t n, float *w, const float *g, float *buf, float lr,
-                 float momentum, float wd, int nesterov);
+                 float momentum, float wd, int nesterov, const float *skip);
 int tqc_adamw_step(tq_backend *, size_t n, float *w, const float *g, float *m, float *v, float lr,
-                   float b1, float b2, float eps, float wd, float bc1, float bc2);
+                   float b1, float b2, float eps, float wd, float bc1, float bc2, const float *skip);
 int tqc_load_batch(tq_backend *, int n, int h, int w, int c, tq_dtype dt, void *x,
                    int32_t *labels, const uint8_t *images, const uint8_t *lab, const int32_t *idx,
                    const tq_aug *aug, int pad, const float *mean, const float *inv_std);

@@ -39,9 +39,11 @@ extern "C" int tqc_unscale_check(tq_backend *be, size_t n, float *g, float inv_s
     return TQ_OK;
 }
 
+/* skip: an overflow flag in device memory (unscale_check's), NULL none: set, nothing moves */
 template <int MOM>
 __global__ void k_sgd(size_t n, float *w, const float *g, float *buf, float lr, float momentum,
-                      float wd, int nesterov) {
+                      float wd, int nesterov, const float *skip) {
+    if (skip && *skip != 0.0f) return;
     TQC_FOR(i, n) {
         if (MOM) {
             tq_sgd_1(&w[i], g[i], &buf[i], lr, momentum, wd, nesterov);
@@ -53,7 +55,7 @@ __global__ void k_sgd(size_t n, float *w, const float *g, float *buf, float lr, 
 }
 
 extern "C" int tqc_sgd_step(tq_backend *be, size_t n, float *w, const float *g, float *buf,
-                            float lr, float momentum, float wd, int nesterov) {
+                            float lr, float momentum, float wd, int nesterov, const float *skip) {
     if (momentum != 0.0f && !buf) {
         tq_backend_seterr(be, "sgd_step: momentum %g needs a buffer", (double)momentum);
         return TQ_EINVAL;
@@ -61,20 +63,22 @@ extern "C" int tqc_sgd_step(tq_backend *be, size_t n, float *w, const float *g, 
     if (!n) return TQ_OK;
     TQC_NEED(be, "sgd_step", w);
     TQC_NEED(be, "sgd_step", g);
-    if (momentum == 0.0f) k_sgd<0><<<GRID(n)>>>(n, w, g, NULL, lr, 0.0f, wd, nesterov);
-    else k_sgd<1><<<GRID(n)>>>(n, w, g, buf, lr, momentum, wd, nesterov);
+    if (momentum == 0.0f) k_sgd<0><<<GRID(n)>>>(n, w, g, NULL, lr, 0.0f, wd, nesterov, skip);
+    else k_sgd<1><<<GRID(n)>>>(n, w, g, buf, lr, momentum, wd, nesterov, skip);
     TQC_LAUNCH_CHECK(be);
     return TQ_OK;
 }
 
 __global__ void k_adamw(size_t n, float *w, const float *g, float *m, float *v, float lr,
-                        float b1, float b2, float eps, float wd, float bc1, float bc2) {
+                        float b1, float b2, float eps, float wd, float bc1, float bc2,
+                        const float *skip) {
+    if (skip && *skip != 0.0f) return;
     TQC_FOR(i, n) tq_adamw_1(&w[i], g[i], &m[i], &v[i], lr, b1, b2, eps, wd, bc1, bc2);
 }
 
 extern "C" int tqc_adamw_step(tq_backend *be, size_t n, float *w, const float *g, float *m,
                               float *v, float lr, float b1, float b2, float eps, float wd,
-                              float bc1, float bc2) {
+                              float bc1, float bc2, const float *skip) {
     if (!m || !v) {
         tq_backend_seterr(be, "adamw_step: moment buffers missing");
         return TQ_EINVAL;
@@ -82,7 +86,7 @@ extern "C" int tqc_adamw_step(tq_backend *be, size_t n, float *w, const float *g
     if (!n) return TQ_OK;
     TQC_NEED(be, "adamw_step", w);
     TQC_NEED(be, "adamw_step", g);
-    k_adamw<<<GRID(n)>>>(n, w, g, m, v, lr, b1, b2, eps, wd, bc1, bc2);
+    k_adamw<<<GRID(n)>>>(n, w, g, m, v, lr, b1, b2, eps, wd, bc1, bc2, skip);
     TQC_LAUNCH_CHECK(be);
     return TQ_OK;
 }

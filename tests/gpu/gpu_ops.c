@@ -656,26 +656,36 @@ static void unscale_case(size_t n, int plant) {     /* plant: 0 none, 1 +inf, 2 
 }
 
 /* ---- optimizers ---- */
-static void sgd_case(size_t n, float mom, float wd, int nesterov) {
+static const char *const SKIPL[] = { "", " skip flag 0", " skip flag 1 (nothing moves)" };
+/* skip -1: no flag; 0 / 1: a device flag with that value */
+static tbuf *skip_flag(tcase *c, int skip) {
+    const float v = (float)skip;
+    return skip < 0 ? NULL : tb_host(c, "skip", K_F32, 1, &v);
+}
+
+static void sgd_case(size_t n, float mom, float wd, int nesterov, int skip) {
     tcase c;
-    case_begin(&c, "sgd_step", TQ_F32, "n %zu lr 0.05 momentum %g wd %g%s%s", n, mom, wd,
-               nesterov ? " nesterov" : "", mom == 0 ? " buf NULL" : "");
+    case_begin(&c, "sgd_step", TQ_F32, "n %zu lr 0.05 momentum %g wd %g%s%s%s", n, mom, wd,
+               nesterov ? " nesterov" : "", mom == 0 ? " buf NULL" : "", SKIPL[skip + 1]);
     tbuf *w = tb_in(&c, "w", K_F32, n, -1, 1), *g = tb_in(&c, "g", K_F32, n, -1, 1);
     tbuf *buf = mom != 0 ? tb_in(&c, "buf", K_F32, n, -1, 1) : NULL;
-    RUN(&c, be->i->sgd_step(be, n, P(w), P(g), P(buf), 0.05f, mom, wd, nesterov));
+    tbuf *sk = skip_flag(&c, skip);
+    RUN(&c, be->i->sgd_step(be, n, P(w), P(g), P(buf), 0.05f, mom, wd, nesterov, P(sk)));
     check(&c, w);
     if (buf) check(&c, buf);
     case_end(&c);
 }
 
-static void adamw_case(size_t n, int t, float wd) {
+static void adamw_case(size_t n, int t, float wd, int skip) {
     const float lr = 1e-3f, b1 = 0.9f, b2 = 0.999f, eps = 1e-8f;
     float bc1 = 1.0f - powf(b1, (float)t), bc2 = 1.0f - powf(b2, (float)t);
     tcase c;
-    case_begin(&c, "adamw_step", TQ_F32, "n %zu lr 1e-3 betas 0.9/0.999 eps 1e-8 wd %g step %d", n, wd, t);
+    case_begin(&c, "adamw_step", TQ_F32, "n %zu lr 1e-3 betas 0.9/0.999 eps 1e-8 wd %g step %d%s", n, wd, t,
+               SKIPL[skip + 1]);
     tbuf *w = tb_in(&c, "w", K_F32, n, -1, 1), *g = tb_in(&c, "g", K_F32, n, -1, 1);
     tbuf *m = tb_in(&c, "m", K_F32, n, -0.1, 0.1), *v = tb_in(&c, "v", K_F32, n, 0, 0.01);
-    RUN(&c, be->i->adamw_step(be, n, P(w), P(g), P(m), P(v), lr, b1, b2, eps, wd, bc1, bc2));
+    tbuf *sk = skip_flag(&c, skip);
+    RUN(&c, be->i->adamw_step(be, n, P(w), P(g), P(m), P(v), lr, b1, b2, eps, wd, bc1, bc2, P(sk)));
     check(&c, w); check(&c, m); check(&c, v);
     case_end(&c);
 }
@@ -765,12 +775,14 @@ static void run_all(void) {
         { 0, 0, 0 }, { 0, 5e-4f, 0 }, { 0.9f, 0, 0 }, { 0.9f, 5e-4f, 0 }, { 0.9f, 5e-4f, 1 },
     };
     for (size_t i = 0; i < NELEM(SGD); i++) {
-        sgd_case(1000003, SGD[i].mom, SGD[i].wd, SGD[i].nest);
-        sgd_case(3, SGD[i].mom, SGD[i].wd, SGD[i].nest);
+        sgd_case(1000003, SGD[i].mom, SGD[i].wd, SGD[i].nest, -1);
+        sgd_case(3, SGD[i].mom, SGD[i].wd, SGD[i].nest, -1);
     }
-    adamw_case(1000003, 1, 0.01f);
-    adamw_case(1000003, 7, 0.0f);
-    adamw_case(3, 100, 0.01f);
+    for (int sk = 0; sk < 2; sk++) sgd_case(1000003, 0.9f, 5e-4f, 1, sk);
+    adamw_case(1000003, 1, 0.01f, -1);
+    adamw_case(1000003, 7, 0.0f, -1);
+    adamw_case(3, 100, 0.01f, -1);
+    for (int sk = 0; sk < 2; sk++) adamw_case(1000003, 7, 0.01f, sk);
     for (size_t i = 0; i < NELEM(LBS); i++)
         for (int d = 0; d < 3; d++)
             for (int a = 0; a < 2; a++) load_case(&LBS[i], DTS[d], a);

@@ -1055,10 +1055,14 @@ static void test_sgd(void **state) {
         memset(buf, 0, n * 4);
         double *wr = dup_d(w, n), *br = dalloc(n);
         memset(br, 0, n * 8);
+        const float clear = 0.0f, overflow = 1.0f;
         for (int step = 0; step < 3; step++) {
-            float *g = frand(n, 1);
+            float *g = frand(n, 1), *bad = frand(n, 1);
             CHECK_OK(be->i->sgd_step(be, n, w, g, cfg[c].mom == 0 ? NULL : buf, lr, cfg[c].mom,
-                                     cfg[c].wd, cfg[c].nest));
+                                     cfg[c].wd, cfg[c].nest, step % 2 ? &clear : NULL));
+            bad[n / 2] = NAN;   /* an overflowed step: the flag set, nothing may move */
+            CHECK_OK(be->i->sgd_step(be, n, w, bad, cfg[c].mom == 0 ? NULL : buf, lr, cfg[c].mom,
+                                     cfg[c].wd, cfg[c].nest, &overflow));
             for (size_t i = 0; i < n; i++) {       /* torch.optim.SGD, dampening 0 */
                 double d = g[i] + (double)cfg[c].wd * wr[i];
                 if (cfg[c].mom != 0) {
@@ -1072,7 +1076,7 @@ static void test_sgd(void **state) {
         if (cfg[c].mom != 0) CHECK_REL(rel_fd(buf, br, n), 1e-6, "sgd buf (config %d)", c);
     }
     float w1 = 1, g1 = 1;
-    CHECK_EINVAL(be->i->sgd_step(be, 1, &w1, &g1, NULL, 0.1f, 0.9f, 0.0f, 0));
+    CHECK_EINVAL(be->i->sgd_step(be, 1, &w1, &g1, NULL, 0.1f, 0.9f, 0.0f, 0, NULL));
 }
 
 static void test_adamw(void **state) {
@@ -1088,7 +1092,11 @@ static void test_adamw(void **state) {
     for (int t = 1; t <= 4; t++) {
         float *g = frand(n, 0.1);
         float bc1 = 1.0f - powf(b1, (float)t), bc2 = 1.0f - powf(b2, (float)t);
-        CHECK_OK(be->i->adamw_step(be, n, w, g, m, v, lr, b1, b2, eps, wd, bc1, bc2));
+        const float clear = 0.0f, overflow = 1.0f;
+        CHECK_OK(be->i->adamw_step(be, n, w, g, m, v, lr, b1, b2, eps, wd, bc1, bc2, t % 2 ? &clear : NULL));
+        float *bad = frand(n, 0.1);
+        bad[0] = INFINITY;   /* an overflowed step in between: nothing may move */
+        CHECK_OK(be->i->adamw_step(be, n, w, bad, m, v, lr, b1, b2, eps, wd, bc1, bc2, &overflow));
         for (size_t i = 0; i < n; i++) {       /* torch.optim.AdamW */
             wr[i] *= 1.0 - (double)lr * wd;
             mr[i] = b1 * mr[i] + (1.0 - b1) * g[i];
