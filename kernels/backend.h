@@ -87,14 +87,16 @@ typedef struct tq_backend_i {
 
     /* batch-norm over N·H·W per channel. Training: batch statistics (biased variance for the
      * normalisation), saves mean and 1/sqrt(var+eps), updates running stats with `momentum`
-     * and the unbiased variance. Inference: running statistics. */
+     * and the unbiased variance. Inference: running statistics. Fused epilogue: with res,
+     * y = round(bn(x)) + res (add_fwd's numbers); with relu, then max(y, 0) (relu_fwd's):
+     * what the separate ops would store, bit for bit, in one pass. */
     int (*bn_fwd_train)(tq_backend *, tq_shape, tq_dtype dt, void *y, const void *x,
                         const float *gamma, const float *beta, float *save_mean,
                         float *save_invstd, float *run_mean, float *run_var, float momentum,
-                        float eps);
+                        float eps, const void *res, int relu);
     int (*bn_fwd_infer)(tq_backend *, tq_shape, tq_dtype dt, void *y, const void *x,
                         const float *gamma, const float *beta, const float *run_mean,
-                        const float *run_var, float eps);
+                        const float *run_var, float eps, const void *res, int relu);
     /* y = (x − mean)·invstd·γ + β with given (saved) statistics, rounded to dt, plus res when
      * res is not NULL (then rounded again), then max(y, 0) when relu: bit for bit what the
      * training forward's bn (→ add) → relu chain stored, so that the backward can recompute

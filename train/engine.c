@@ -47,12 +47,17 @@ static void build_schedule(tq_engine *e) {
     e->rel_list = malloc(sizeof(int) * nt);
     e->live = calloc(nt, 1);
     TQ_ASSERT(e->acq_first && e->rel_first && e->acq_list && e->rel_list && e->live);
-    for (int t = 0; t < nt; t++) { e->acq_first[g->tensors[t].t_begin + 1]++; e->rel_first[g->tensors[t].t_end + 1]++; }
+    for (int t = 0; t < nt; t++) {
+        if (g->tensors[t].t_begin < 0) continue;   /* never used (fusion) */
+        e->acq_first[g->tensors[t].t_begin + 1]++;
+        e->rel_first[g->tensors[t].t_end + 1]++;
+    }
     for (int i = 0; i < T; i++) { e->acq_first[i + 1] += e->acq_first[i]; e->rel_first[i + 1] += e->rel_first[i]; }
     int *ai = calloc(T, sizeof(int)), *ri = calloc(T, sizeof(int));
     TQ_ASSERT(ai && ri);
     for (int t = 0; t < nt; t++) {
         int b = g->tensors[t].t_begin, en = g->tensors[t].t_end;
+        if (b < 0) continue;
         e->acq_list[e->acq_first[b] + ai[b]++] = t;
         e->rel_list[e->rel_first[en] + ri[en]++] = t;
     }
@@ -147,6 +152,9 @@ static int forward_node(tq_engine *e, const tq_node *nd, int n, int train, float
     const void *x = nd->nin ? tq_tdata(e, nd->in[0]) : NULL;
     tq_shape xs = nd->nin ? g->tensors[nd->in[0]].shape : (tq_shape){0, 0, 0, 0};
     xs.n = n;
+    if (nd->fused) return TQ_OK;   /* a ReLU or add whose output a BN's epilogue wrote */
+    void *bny = nd->fuse_out >= 0 ? tq_tdata(e, nd->fuse_out) : y;
+    const void *bnres = nd->fuse_res >= 0 ? tq_tdata(e, nd->fuse_res) : NULL;
     switch (nd->op) {
     case TQ_OP_INPUT: return TQ_OK;
     case TQ_OP_CONV: {
@@ -157,12 +165,14 @@ static int forward_node(tq_engine *e, const tq_node *nd, int n, int train, float
     case TQ_OP_BN:
         if (train) {
             e->counts[nd->bn_index]++;
-            return I->bn_fwd_train(be, xs, dt, y, x, e->params + nd->g_off, e->params + nd->bt_off,
+            return I->bn_fwd_train(be, xs, dt, bny, x, e->params + nd->g_off, e->params + nd->bt_off,
                                    tq_tdata(e, nd->stat[0]), tq_tdata(e, nd->stat[1]),
-                                   e->buffers + nd->rm_off, e->buffers + nd->rv_off, 0.1f, 1e-5f);
+                                   e->buffers + nd->rm_off, e->buffers + nd->rv_off, 0.1f, 1e-5f,
+                                   bnres, nd->fuse_out >= 0);
         }
-        return I->bn_fwd_infer(be, xs, dt, y, x, e->params + nd->g_off, e->params + nd->bt_off,
-                               e->buffers + nd->rm_off, e->buffers + nd->rv_off, 1e-5f);
+        return I->bn_fwd_infer(be, xs, dt, bny, x, e->params + nd->g_off, e->params + nd->bt_off,
+                               e->buffers + nd->rm_off, e->buffers + nd->rv_off, 1e-5f, bnres,
+                               nd->fuse_out >= 0);
     case TQ_OP_RELU: return I->relu_fwd(be, tq_shape_numel(xs), dt, y, x);
     case TQ_OP_ADD: return I->add_fwd(be, tq_shape_numel(xs), dt, y, x, tq_tdata(e, nd->in[1]));
     case TQ_OP_MAXPOOL: return I->maxpool_fwd(be, xs, dt, y, x);

@@ -41,7 +41,7 @@ static tq_node *new_node(tq_graph *g, tq_op op) {
     n->in[0] = n->in[1] = n->out = n->stat[0] = n->stat[1] = -1;
     n->w_off = n->b_off = n->g_off = n->bt_off = n->rm_off = n->rv_off = TQ_NONE;
     n->bn_index = -1;
-    n->bwd_x = n->bwd_y = n->remat = -1;
+    n->bwd_x = n->bwd_y = n->remat = n->fuse_out = n->fuse_res = -1;
     return n;
 }
 
@@ -245,17 +245,63 @@ static void plan_recompute(tq_graph *g) {
     free(uses); free(producer); free(redone);
 }
 
+/* Which BNs write a following ReLU's output themselves (graph.h). */
+static void plan_fusion(tq_graph *g) {
+    int nt = g->ntensors;
+    int *uses = calloc((size_t)nt, sizeof(int)), *producer = malloc(sizeof(int) * nt);
+    TQ_ASSERT(uses && producer);
+    for (int t = 0; t < nt; t++) producer[t] = -1;
+    for (int i = 0; i < g->nnodes; i++) {
+        const tq_node *n = &g->nodes[i];
+        for (int j = 0; j < n->nin; j++) uses[n->in[j]]++;
+        if (n->out >= 0) producer[n->out] = i;
+    }
+#define IS(t, o) ((t) >= 0 && producer[t] >= 0 && g->nodes[producer[t]].op == (o))
+    for (int r = 0; r < g->nnodes && !g->no_fuse; r++) {
+        tq_node *rn = &g->nodes[r];
+        if (rn->op != TQ_OP_RELU || uses[rn->in[0]] != 1) continue;
+        int a = rn->in[0];
+        if (IS(a, TQ_OP_BN)) {
+            tq_node *b = &g->nodes[producer[a]];
+            b->fuse_out = rn->out;
+            rn->fused = 1;
+        } else if (IS(a, TQ_OP_ADD)) {
+            tq_node *ad = &g->nodes[producer[a]];
+            for (int j = 0; j < 2; j++) {
+                int p = ad->in[j], q = ad->in[1 - j];
+                if (!IS(p, TQ_OP_BN) || uses[p] != 1 || producer[q] >= producer[p]) continue;
+                tq_node *b = &g->nodes[producer[p]];
+                b->fuse_out = rn->out;
+                b->fuse_res = q;
+                ad->fused = rn->fused = 1;
+                break;
+            }
+        }
+    }
+#undef IS
+    free(uses); free(producer);
+}
+
 /* Lifetimes of activations (forward uses + what backward keeps) and their gradients. */
 static void lifetimes(tq_graph *g) {
     int L = g->nnodes - 1;
     TQ_ASSERT(g->nodes[L].op == TQ_OP_LOSS);
+    plan_fusion(g);
     plan_recompute(g);
     extend(&g->tensors[g->labels], 0);
     for (int i = 0; i < g->nnodes; i++) {
         tq_node *n = &g->nodes[i];
         int bt = tq_bwd_time(g, i);
-        if (n->out >= 0) extend(&g->tensors[n->out], i);
-        for (int j = 0; j < n->nin; j++) extend(&g->tensors[n->in[j]], i);
+        if (n->fused) {
+            /* forward done by a BN's epilogue: nothing here; the backward reads no input */
+        } else if (n->fuse_out >= 0) {   /* a fused BN: reads x (and res), writes the ReLU's out */
+            extend(&g->tensors[n->in[0]], i);
+            extend(&g->tensors[n->fuse_out], i);
+            if (n->fuse_res >= 0) extend(&g->tensors[n->fuse_res], i);
+        } else {
+            if (n->out >= 0) extend(&g->tensors[n->out], i);
+            for (int j = 0; j < n->nin; j++) extend(&g->tensors[n->in[j]], i);
+        }
         switch (n->op) {
         case TQ_OP_CONV:   /* a recomputed x lives from this backward to its ReLU's */
             extend(&g->tensors[n->bwd_x], bt);
@@ -339,7 +385,11 @@ int tq_graph_plan(tq_graph *g, tq_backend *be) {
     size_t arena = 0;
     for (int oi = 0; oi < nt; oi++) {
         tq_tensor *t = &g->tensors[order[oi]];
-        TQ_ASSERT(t->t_begin >= 0);
+        if (t->t_begin < 0) {   /* never used: an output a fused BN wrote past (graph.h) */
+            TQ_ASSERT(t->kind == TQ_T_ACT);
+            t->offset = 0;
+            continue;
+        }
         int ns = 0;
         for (int k = 0; k < np; k++) {
             const tq_tensor *u = &g->tensors[placed[k]];

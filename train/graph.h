@@ -19,6 +19,10 @@
  *   keeps anyway, into a tensor that lives from there to the ReLU's backward: bit for bit the
  *   forward's values for one element-wise pass. In a ResNet that is the first ReLU of every
  *   block and every other block's output.
+ * - Fusion (unless no_fuse): a BN whose output only feeds a ReLU, or only an add (with a
+ *   tensor computed before the BN) that only feeds a ReLU, writes the ReLU's output itself in
+ *   one pass (bn_fwd_train/infer's epilogue); the ReLU and the add do nothing in the forward,
+ *   and the tensors between them are never allocated. Their backwards are unchanged.
  * - The graph owns its memory (tq_graph_free). Not thread-safe; one trainer uses one graph.
  */
 #ifndef TQ_GRAPH_H
@@ -76,6 +80,8 @@ typedef struct {
     int bwd_x;                /* conv: the tensor its backward reads as x (in[0], or a recompute) */
     int bwd_y;                /* relu: the tensor its backward reads as y (out, or a recompute) */
     int remat;                /* index in tq_graph.remats to run before this backward, -1 none */
+    int fuse_out, fuse_res;   /* bn: the ReLU output it writes (-1: its own out), the add's other input */
+    int fused;                /* relu/add: its forward is done by a BN's epilogue */
 } tq_node;
 
 /* A recomputed activation: dst = relu(bn(x) [+ res]) with bn's saved input and statistics. */
@@ -95,6 +101,7 @@ typedef struct tq_graph {
     int input, labels;        /* tensor ids */
     char scope[8][48]; int nscope;
     int no_recompute;         /* set before tq_graph_plan: keep every ReLU(BN) output */
+    int no_fuse;              /* set before tq_graph_plan: run BN, add and ReLU as separate passes */
     tq_remat *remats; int nremats, cap_remats;   /* the plan's recomputed activations */
     /* plan */
     size_t arena_bytes, workspace_bytes;

@@ -54,6 +54,9 @@ static tq_graph *build(const tq_spec *sp, const tq_dataset *ds, tq_backend *be, 
                                  ds->classes, tq_amp_dtype(sp->amp), err, el);
     if (g) {
         g->no_recompute = !sp->recompute;
+        /* TQ_FUSE=0: BN, add and ReLU as separate passes (to check the fusion changes nothing) */
+        const char *fuse = getenv("TQ_FUSE");
+        g->no_fuse = fuse && !strcmp(fuse, "0");
         tq_graph_plan(g, be);
     }
     return g;

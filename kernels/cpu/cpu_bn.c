@@ -169,7 +169,7 @@ static void load_affine(const float *gamma, const float *beta, size_t c0, int cw
 int tq_cpu_bn_fwd_train(tq_backend *be, tq_shape s, tq_dtype dt, void *y, const void *x,
                         const float *gamma, const float *beta, float *save_mean,
                         float *save_invstd, float *run_mean, float *run_var, float momentum,
-                        float eps) {
+                        float eps, const void *res, int relu) {
     int rc = tq_cpu_check_shape(be, "bn_fwd_train", s, dt);
     if (rc) return rc;
     size_t m = (size_t)s.n * s.h * s.w, C = (size_t)s.c;
@@ -203,14 +203,14 @@ int tq_cpu_bn_fwd_train(tq_backend *be, tq_shape s, tq_dtype dt, void *y, const 
             is[j] = save_invstd[c0 + j];
         }
         load_affine(gamma, beta, c0, cw, g, b);
-        norm_pass(be, dt, m, C, c0, cw, y, x, NULL, save_mean + c0, is, g, b, 0);
+        norm_pass(be, dt, m, C, c0, cw, y, x, res, save_mean + c0, is, g, b, relu);
     }
     return TQ_OK;
 }
 
 int tq_cpu_bn_fwd_infer(tq_backend *be, tq_shape s, tq_dtype dt, void *y, const void *x,
                         const float *gamma, const float *beta, const float *run_mean,
-                        const float *run_var, float eps) {
+                        const float *run_var, float eps, const void *res, int relu) {
     int rc = tq_cpu_check_shape(be, "bn_fwd_infer", s, dt);
     if (rc) return rc;
     if (!run_mean || !run_var) {
@@ -223,7 +223,7 @@ int tq_cpu_bn_fwd_infer(tq_backend *be, tq_shape s, tq_dtype dt, void *y, const 
         float is[TQ_CGROUP], g[TQ_CGROUP], b[TQ_CGROUP];
         for (int j = 0; j < cw; j++) is[j] = 1.0f / sqrtf(run_var[c0 + j] + eps);
         load_affine(gamma, beta, c0, cw, g, b);
-        norm_pass(be, dt, m, C, c0, cw, y, x, NULL, run_mean + c0, is, g, b, 0);
+        norm_pass(be, dt, m, C, c0, cw, y, x, res, run_mean + c0, is, g, b, relu);
     }
     return TQ_OK;
 }

@@ -99,13 +99,13 @@ int tq_cpu_linear_bwd_filter(tq_backend *, int n, int in, int out, tq_dtype dt, 
 int tq_cpu_bn_fwd_train(tq_backend *, tq_shape, tq_dtype dt, void *y, const void *x,
                         const float *gamma, const float *beta, float *save_mean,
                         float *save_invstd, float *run_mean, float *run_var, float momentum,
-                        float eps);
+                        float eps, const void *res, int relu);
 int tq_cpu_bn_norm(tq_backend *, tq_shape, tq_dtype dt, void *y, const void *x, const void *res,
                    const float *gamma, const float *beta, const float *mean, const float *invstd,
                    int relu);
 int tq_cpu_bn_fwd_infer(tq_backend *, tq_shape, tq_dtype dt, void *y, const void *x,
                         const float *gamma, const float *beta, const float *run_mean,
-                        const float *run_var, float eps);
+                        const float *run_var, float eps, const void *res, int relu);
 int tq_cpu_bn_bwd(tq_backend *, tq_shape, tq_dtype dt, void *dx, float beta_dx, float *dgamma,
                   float *dbeta, const void *dy, const void *x, const float *gamma,
                   const float *save_mean, const float *save_invstd);

@@ -180,7 +180,7 @@ static int launch_norm(tq_backend *be, tq_dtype dt, size_t m, int C, void *y, co
 extern "C" int tqc_bn_fwd_train(tq_backend *be, tq_shape s, tq_dtype dt, void *y, const void *x,
                                 const float *gamma, const float *beta, float *save_mean,
                                 float *save_invstd, float *run_mean, float *run_var,
-                                float momentum, float eps) {
+                                float momentum, float eps, const void *res, int relu) {
     const char *op = "bn_fwd_train";
     int rc = tqc_check_shape(be, op, s, dt);
     if (rc) return rc;
@@ -201,7 +201,7 @@ extern "C" int tqc_bn_fwd_train(tq_backend *be, tq_shape s, tq_dtype dt, void *y
                               s.c, p.gy, m, x, p.p0, p.p1, save_mean, save_invstd, run_mean,
                               run_var, momentum, eps)));
     TQC_LAUNCH_CHECK(be);
-    return launch_norm(be, dt, m, s.c, y, x, save_mean, save_invstd, gamma, beta);
+    return launch_norm(be, dt, m, s.c, y, x, save_mean, save_invstd, gamma, beta, relu, res);
 }
 
 __global__ void k_infer_is(int C, const float *run_var, float eps, float *is) {
@@ -211,7 +211,7 @@ __global__ void k_infer_is(int C, const float *run_var, float eps, float *is) {
 
 extern "C" int tqc_bn_fwd_infer(tq_backend *be, tq_shape s, tq_dtype dt, void *y, const void *x,
                                 const float *gamma, const float *beta, const float *run_mean,
-                                const float *run_var, float eps) {
+                                const float *run_var, float eps, const void *res, int relu) {
     const char *op = "bn_fwd_infer";
     int rc = tqc_check_shape(be, op, s, dt);
     if (rc) return rc;
@@ -226,7 +226,7 @@ extern "C" int tqc_bn_fwd_infer(tq_backend *be, tq_shape s, tq_dtype dt, void *y
     if ((rc = red_plan_of(be, op, m, s.c, &p))) return rc;
     k_infer_is<<<(unsigned)((s.c + 127) / 128), 128, 0, tqc(be)->stream>>>(s.c, run_var, eps, p.aux);
     TQC_LAUNCH_CHECK(be);
-    return launch_norm(be, dt, m, s.c, y, x, run_mean, p.aux, gamma, beta);
+    return launch_norm(be, dt, m, s.c, y, x, run_mean, p.aux, gamma, beta, relu, res);
 }
 
 extern "C" int tqc_bn_norm(tq_backend *be, tq_shape s, tq_dtype dt, void *y, const void *x,

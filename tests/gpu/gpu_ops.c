@@ -435,14 +435,15 @@ static const tq_shape BNS[] = {
 
 static void bn_case(tq_shape s, tq_dtype dt, int v) {
     static const char *const op[] = { "bn_fwd_train", "bn_fwd_infer", "bn_bwd", "bn_bwd",
-                                      "bn_norm", "bn_norm", "bn_norm" };
-    static const char *const par[] = { "", "", " beta_dx 0", " beta_dx 1", " relu", " +res relu", "" };
+                                      "bn_norm", "bn_norm", "bn_norm", "bn_fwd_train", "bn_fwd_infer" };
+    static const char *const par[] = { "", "", " beta_dx 0", " beta_dx 1", " relu", " +res relu", "",
+                                       " +res relu", " relu" };
     const size_t n = tq_shape_numel(s), C = (size_t)s.c, m = n / C;
     const float momentum = 0.1f, eps = 1e-5f;
     tcase c;
     case_begin(&c, op[v], dt, "%dx%dx%dx%d (N*H*W %zu)%s", s.n, s.h, s.w, s.c, m, par[v]);
     tbuf *gamma = tb_in(&c, "gamma", K_F32, C, 0.5, 1.5);
-    if (v >= 4) {   /* the recomputation of relu(bn(x) [+ res]) with given statistics */
+    if (v >= 4 && v <= 6) {   /* the recomputation of relu(bn(x) [+ res]) with given statistics */
         tbuf *x = tb_in(&c, "x", dt, n, -1, 3);
         tbuf *beta = tb_in(&c, "beta", K_F32, C, -0.5, 0.5);
         tbuf *mean = tb_in(&c, "mean", K_F32, C, 0, 2);
@@ -452,8 +453,9 @@ static void bn_case(tq_shape s, tq_dtype dt, int v) {
         RUN(&c, be->i->bn_norm(be, s, dt, P(y), P(x), P(res), P(gamma), P(beta), P(mean),
                                P(invstd), v != 6));
         check(&c, y);
-    } else if (v == 0) {
+    } else if (v == 0 || v == 7) {   /* 7: with the fused residual add and ReLU */
         tbuf *x = tb_in(&c, "x", dt, n, -1, 3);                 /* mean away from 0 */
+        tbuf *res = v == 7 ? tb_in(&c, "res", dt, n, -2, 2) : NULL;
         tbuf *beta = tb_in(&c, "beta", K_F32, C, -0.5, 0.5);
         tbuf *y = tb_out(&c, "y", dt, n);
         tbuf *sm = tb_out(&c, "save_mean", K_F32, C);
@@ -461,15 +463,15 @@ static void bn_case(tq_shape s, tq_dtype dt, int v) {
         tbuf *rm = tb_in(&c, "run_mean", K_F32, C, -1, 1);
         tbuf *rv = tb_in(&c, "run_var", K_F32, C, 0.5, 1.5);
         RUN(&c, be->i->bn_fwd_train(be, s, dt, P(y), P(x), P(gamma), P(beta), P(sm), P(si), P(rm), P(rv),
-                                    momentum, eps));
+                                    momentum, eps, P(res), v == 7));
         check(&c, y); check(&c, sm); check(&c, si); check(&c, rm); check(&c, rv);
-    } else if (v == 1) {
+    } else if (v == 1 || v == 8) {   /* 8: with the fused ReLU */
         tbuf *x = tb_in(&c, "x", dt, n, -1, 3);
         tbuf *beta = tb_in(&c, "beta", K_F32, C, -0.5, 0.5);
         tbuf *rm = tb_in(&c, "run_mean", K_F32, C, 0, 2);
         tbuf *rv = tb_in(&c, "run_var", K_F32, C, 0.5, 2);
         tbuf *y = tb_out(&c, "y", dt, n);
-        RUN(&c, be->i->bn_fwd_infer(be, s, dt, P(y), P(x), P(gamma), P(beta), P(rm), P(rv), eps));
+        RUN(&c, be->i->bn_fwd_infer(be, s, dt, P(y), P(x), P(gamma), P(beta), P(rm), P(rv), eps, NULL, v == 8));
         check(&c, y);
     } else {
         /* the saved statistics of x itself (as bn_fwd_train would save them) */
@@ -752,7 +754,7 @@ static void run_all(void) {
             for (int v = 0; v < 5; v++) linear_case(&LINS[i], DTS[d], v);
     for (size_t i = 0; i < NELEM(BNS); i++)
         for (int d = 0; d < 3; d++)
-            for (int v = 0; v < 7; v++) bn_case(BNS[i], DTS[d], v);
+            for (int v = 0; v < 9; v++) bn_case(BNS[i], DTS[d], v);
     for (size_t i = 0; i < NELEM(ELN); i++)
         for (int d = 0; d < 3; d++)
             for (int v = 0; v < 9; v++)

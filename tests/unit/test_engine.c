@@ -141,44 +141,47 @@ static void test_accumulation_equivalence(void **st) {
     free(d1); free(d2);
 }
 
-/* Recomputing ReLU outputs in the backward changes no bit: the same losses every step and the
- * same weights, in fp32, fp16 and bf16; and it does save activation memory. */
-static void test_recompute_bit_identical(void **st) {
-    char *d1 = tmpdir(), *d2 = tmpdir();
+/* Recomputing ReLU outputs in the backward and fusing BN with the add and ReLU that follow it
+ * change no bit: against separate passes that keep everything (recompute off, TQ_FUSE=0), the
+ * same losses every step and the same weights, in fp32, fp16 and bf16; and recomputation does
+ * save memory, which the allocator measures as planned either way. */
+static void test_recompute_fusion_bit_identical(void **st) {
+    char *d0 = tmpdir(), *d1 = tmpdir();
     const char *models[] = {"resnet20", "resnet18", "resnet50"};
     const char *amps[] = {"off", "fp16", "bf16"};
     for (int m = 0; m < 3; m++)
         for (int a = 0; a < 3; a++) {
             if (m > 0 && a > 0) continue;   /* the big ones once, in fp32 */
-            char js[1024];
-            recs *r1 = calloc(1, sizeof *r1), *r2 = calloc(1, sizeof *r2);
-            tq_summary s1, s2;
             const char *fmt = "{\"model\":\"%s\",\"batch_size\":%d,\"steps\":%d,\"amp\":\"%s\","
                               "\"recompute\":%s,%s}";
             int b = m == 0 ? 16 : 4, n = m == 0 ? 6 : 2;
-            snprintf(js, sizeof js, fmt, models[m], b, n, amps[a], "true", SYN);
-            assert_int_equal(run(js, d1, r1, &s1), 0);
+            char js[1024], pa[512], pb[512];
+            recs *r0 = calloc(1, sizeof *r0), *r1 = calloc(1, sizeof *r1);
+            tq_summary s0, s1;
+            setenv("TQ_FUSE", "0", 1);                       /* the reference: separate, keep all */
             snprintf(js, sizeof js, fmt, models[m], b, n, amps[a], "false", SYN);
-            assert_int_equal(run(js, d2, r2, &s2), 0);
-            assert_string_equal(s1.state, "succeeded");
-            assert_string_equal(s2.state, "succeeded");
-            assert_int_equal(r1->n, n);
-            assert_int_equal(r2->n, n);
-            for (int k = 0; k < n; k++) assert_true(r1->steps[k].loss == r2->steps[k].loss);
-            char pa[512], pb[512];
-            snprintf(pa, sizeof pa, "%s/model.safetensors", d1);
-            snprintf(pb, sizeof pb, "%s/model.safetensors", d2);
-            assert_true(rel_diff_files(pa, pb) == 0.0);
-            /* the plan keeps fewer activations, and the allocator agrees with it either way */
-            assert_true(s1.predicted_peak_bytes < s2.predicted_peak_bytes);
-            assert_int_equal(s1.peak_memory_bytes, s1.predicted_peak_bytes);
-            assert_int_equal(s2.peak_memory_bytes, s2.predicted_peak_bytes);
-            printf("# %s %s: peak %lld bytes recomputing, %lld keeping (%.3f), losses and weights identical\n",
-                   models[m], amps[a], (long long)s1.predicted_peak_bytes, (long long)s2.predicted_peak_bytes,
-                   (double)s1.predicted_peak_bytes / (double)s2.predicted_peak_bytes);
-            free(r1); free(r2);
+            assert_int_equal(run(js, d0, r0, &s0), 0);
+            unsetenv("TQ_FUSE");
+            assert_string_equal(s0.state, "succeeded");
+            assert_int_equal(s0.peak_memory_bytes, s0.predicted_peak_bytes);
+            snprintf(pa, sizeof pa, "%s/model.safetensors", d0);
+            snprintf(pb, sizeof pb, "%s/model.safetensors", d1);
+            for (int rc = 0; rc < 2; rc++) {                  /* fused, keeping all / recomputing */
+                snprintf(js, sizeof js, fmt, models[m], b, n, amps[a], rc ? "true" : "false", SYN);
+                assert_int_equal(run(js, d1, r1, &s1), 0);
+                assert_string_equal(s1.state, "succeeded");
+                assert_int_equal(r1->n, n);
+                for (int k = 0; k < n; k++) assert_true(r1->steps[k].loss == r0->steps[k].loss);
+                assert_true(rel_diff_files(pa, pb) == 0.0);
+                assert_int_equal(s1.peak_memory_bytes, s1.predicted_peak_bytes);
+                if (rc) assert_true(s1.predicted_peak_bytes < s0.predicted_peak_bytes);
+                printf("# %s %s, fused%s: losses and weights identical to separate passes; peak %lld bytes vs %lld (%.3f)\n",
+                       models[m], amps[a], rc ? " + recompute" : "", (long long)s1.predicted_peak_bytes,
+                       (long long)s0.predicted_peak_bytes, (double)s1.predicted_peak_bytes / (double)s0.predicted_peak_bytes);
+            }
+            free(r0); free(r1);
         }
-    free(d1); free(d2);
+    free(d0); free(d1);
 }
 
 static void test_fp16_overflow_skips_and_halves(void **st) {
@@ -341,7 +344,7 @@ int main(void) {
         cmocka_unit_test(test_planner_predicts_measured),
         cmocka_unit_test(test_fp16_activation_memory),
         cmocka_unit_test(test_accumulation_equivalence),
-        cmocka_unit_test(test_recompute_bit_identical),
+        cmocka_unit_test(test_recompute_fusion_bit_identical),
         cmocka_unit_test(test_fp16_overflow_skips_and_halves),
         cmocka_unit_test(test_fp16_skip_leaves_weights),
         cmocka_unit_test(test_fp16_scale_grows),

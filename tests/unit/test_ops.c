@@ -526,8 +526,8 @@ static void bn_run(tq_shape s, tq_dtype dt, const float *x, const float *g, cons
     o->si = poisoned(TQ_F32, C);
     o->rm = fcopy(rm0, C);
     o->rv = fcopy(rv0, C);
-    CHECK_OK(be->i->bn_fwd_train(be, s, dt, y, xh, g, b, o->sm, o->si, o->rm, o->rv, mom, eps));
-    CHECK_OK(be->i->bn_fwd_infer(be, s, dt, yi, xh, g, b, o->rm, o->rv, eps));
+    CHECK_OK(be->i->bn_fwd_train(be, s, dt, y, xh, g, b, o->sm, o->si, o->rm, o->rv, mom, eps, NULL, 0));
+    CHECK_OK(be->i->bn_fwd_infer(be, s, dt, yi, xh, g, b, o->rm, o->rv, eps, NULL, 0));
     o->dg = fcopy(dg0, C);
     o->db = fcopy(db0, C);
     CHECK_OK(be->i->bn_bwd(be, s, dt, dx, 0.0f, o->dg, o->db, rh, xh, g, o->sm, o->si));
@@ -643,7 +643,8 @@ static void test_bn_deterministic(void **state) {
         sm[t] = poisoned(TQ_F32, C); si[t] = poisoned(TQ_F32, C);
         dg[t] = tmem(C * 4); db[t] = tmem(C * 4);
         memset(dg[t], 0, C * 4); memset(db[t], 0, C * 4);
-        CHECK_OK(be->i->bn_fwd_train(be, s, TQ_F32, y[t], x, g, b, sm[t], si[t], NULL, NULL, 0.1f, 1e-5f));
+        CHECK_OK(be->i->bn_fwd_train(be, s, TQ_F32, y[t], x, g, b, sm[t], si[t], NULL, NULL, 0.1f, 1e-5f,
+                                     NULL, 0));
         CHECK_OK(be->i->bn_bwd(be, s, TQ_F32, dx[t], 0.0f, dg[t], db[t], dy, x, g, sm[t], si[t]));
     }
     be->threads = saved;
@@ -659,8 +660,8 @@ static void test_bn_bad(void **state) {
     (void)state;
     float v[4] = { 1, 2, 3, 4 }, o[4];
     CHECK_EINVAL(be->i->bn_fwd_train(be, (tq_shape){ 1, 1, 1, 4 }, TQ_F32, o, v, v, v, o, o, NULL,
-                                     NULL, 0.1f, 1e-5f));
-    CHECK_EINVAL(be->i->bn_fwd_infer(be, (tq_shape){ 1, 0, 1, 4 }, TQ_F32, o, v, v, v, v, v, 1e-5f));
+                                     NULL, 0.1f, 1e-5f, NULL, 0));
+    CHECK_EINVAL(be->i->bn_fwd_infer(be, (tq_shape){ 1, 0, 1, 4 }, TQ_F32, o, v, v, v, v, v, 1e-5f, NULL, 0));
 }
 
 /* ---- element-wise ---- */
