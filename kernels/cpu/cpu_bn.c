@@ -208,43 +208,38 @@ int tq_cpu_bn_fwd_train(tq_backend *be, tq_shape s, tq_dtype dt, void *y, const 
     return TQ_OK;
 }
 
-int tq_cpu_bn_fwd_infer(tq_backend *be, tq_shape s, tq_dtype dt, void *y, const void *x,
-                        const float *gamma, const float *beta, const float *run_mean,
-                        const float *run_var, float eps, const void *res, int relu) {
-    int rc = tq_cpu_check_shape(be, "bn_fwd_infer", s, dt);
+/* y = epilogue(bn(x)) with given per-channel statistics: 1/σ is `sd` itself, or, with
+ * var_eps >= 0, 1/sqrt(sd + var_eps) (sd the running variance). */
+static int norm_with(tq_backend *be, const char *op, tq_shape s, tq_dtype dt, void *y,
+                     const void *x, const void *res, const float *gamma, const float *beta,
+                     const float *mean, const float *sd, float var_eps, int relu) {
+    int rc = tq_cpu_check_shape(be, op, s, dt);
     if (rc) return rc;
-    if (!run_mean || !run_var) {
-        tq_backend_seterr(be, "bn_fwd_infer: running statistics missing");
+    if (!mean || !sd) {
+        tq_backend_seterr(be, "%s: statistics missing", op);
         return TQ_EINVAL;
     }
     size_t m = (size_t)s.n * s.h * s.w, C = (size_t)s.c;
     for (size_t c0 = 0; c0 < C; c0 += TQ_CGROUP) {
         int cw = C - c0 < TQ_CGROUP ? (int)(C - c0) : TQ_CGROUP;
         float is[TQ_CGROUP], g[TQ_CGROUP], b[TQ_CGROUP];
-        for (int j = 0; j < cw; j++) is[j] = 1.0f / sqrtf(run_var[c0 + j] + eps);
+        for (int j = 0; j < cw; j++) is[j] = var_eps >= 0 ? 1.0f / sqrtf(sd[c0 + j] + var_eps) : sd[c0 + j];
         load_affine(gamma, beta, c0, cw, g, b);
-        norm_pass(be, dt, m, C, c0, cw, y, x, res, run_mean + c0, is, g, b, relu);
+        norm_pass(be, dt, m, C, c0, cw, y, x, res, mean + c0, is, g, b, relu);
     }
     return TQ_OK;
 }
 
+int tq_cpu_bn_fwd_infer(tq_backend *be, tq_shape s, tq_dtype dt, void *y, const void *x,
+                        const float *gamma, const float *beta, const float *run_mean,
+                        const float *run_var, float eps, const void *res, int relu) {
+    return norm_with(be, "bn_fwd_infer", s, dt, y, x, res, gamma, beta, run_mean, run_var, eps, relu);
+}
+
 int tq_cpu_bn_norm(tq_backend *be, tq_shape s, tq_dtype dt, void *y, const void *x,
-                   const void *res, const float *gamma, const float *beta, const float *mean, const float *invstd,
-                   int relu) {
-    int rc = tq_cpu_check_shape(be, "bn_norm", s, dt);
-    if (rc) return rc;
-    if (!mean || !invstd) {
-        tq_backend_seterr(be, "bn_norm: mean/invstd missing");
-        return TQ_EINVAL;
-    }
-    size_t m = (size_t)s.n * s.h * s.w, C = (size_t)s.c;
-    for (size_t c0 = 0; c0 < C; c0 += TQ_CGROUP) {
-        int cw = C - c0 < TQ_CGROUP ? (int)(C - c0) : TQ_CGROUP;
-        float g[TQ_CGROUP], b[TQ_CGROUP];
-        load_affine(gamma, beta, c0, cw, g, b);
-        norm_pass(be, dt, m, C, c0, cw, y, x, res, mean + c0, invstd + c0, g, b, relu);
-    }
-    return TQ_OK;
+                   const void *res, const float *gamma, const float *beta, const float *mean,
+                   const float *invstd, int relu) {
+    return norm_with(be, "bn_norm", s, dt, y, x, res, gamma, beta, mean, invstd, -1.0f, relu);
 }
 
 /* dx over rows [r0,r1) of a channel window, given this batch's per-channel sums. */
