@@ -14,15 +14,8 @@
 
 /* ---- max pooling ---- */
 
-TQ_ALWAYS_INLINE int argmax4(float v[4]) {
-    int am = 0;
-    float m = v[0];
-    for (int k = 1; k < 4; k++)
-        if (v[k] > m || v[k] != v[k]) { m = v[k]; am = k; }
-    return am;
-}
-
-/* the value argmax4 picks, without branches: m takes v when v > m or v is NaN */
+/* the window's maximum without branches: m takes v when v > m or v is NaN, so the first
+ * maximum in window order wins and a NaN propagates */
 TQ_ALWAYS_INLINE float pick(float m, float v) { return (v > m || v != v) ? v : m; }
 TQ_ALWAYS_INLINE float max4(float a, float b, float c, float d) {
     return pick(pick(pick(a, b), c), d);
@@ -34,23 +27,13 @@ TQ_ALWAYS_INLINE void k_maxpool_row(tq_dtype dt, tq_shape s, int img, int oh, vo
     size_t rs = (size_t)s.w * C;
     size_t r0 = ((size_t)img * s.h + 2 * oh) * rs;
     size_t yo = (((size_t)img * (s.h / 2) + oh) * Q) * C;
-    if (dt == TQ_F32) {      /* branch-free over the contiguous channels (vectorised) */
-        for (int q = 0; q < Q; q++) {
-            const float *a = (const float *)x + r0 + (size_t)(2 * q) * C, *b = a + C,
-                        *e = a + rs, *f = e + C;
-            float *o = (float *)y + yo + (size_t)q * C;
-#pragma omp simd
-            for (int c = 0; c < C; c++) o[c] = max4(a[c], b[c], e[c], f[c]);
-        }
-        return;
+    for (int q = 0; q < Q; q++) {   /* branch-free over the contiguous channels (vectorised) */
+        size_t ia = r0 + (size_t)(2 * q) * C, ib = ia + C, ie = ia + rs, iff = ie + C;
+        size_t io = yo + (size_t)q * C;
+        TQ_SIMD(dt, for (int c = 0; c < C; c++)
+            tq_st(y, dt, io + c, max4(tq_ld(x, dt, ia + c), tq_ld(x, dt, ib + c), tq_ld(x, dt, ie + c),
+                                      tq_ld(x, dt, iff + c))););
     }
-    for (int q = 0; q < Q; q++)
-        for (int c = 0; c < C; c++) {
-            size_t i00 = r0 + (size_t)(2 * q) * C + c;
-            float v[4] = { tq_ld(x, dt, i00), tq_ld(x, dt, i00 + C), tq_ld(x, dt, i00 + rs),
-                           tq_ld(x, dt, i00 + rs + C) };
-            tq_st(y, dt, yo + (size_t)q * C + c, v[argmax4(v)]);
-        }
 }
 
 static int pool_check(tq_backend *be, const char *op, tq_shape s, tq_dtype dt) {
@@ -78,7 +61,7 @@ TQ_ALWAYS_INLINE void mix1(tq_dtype dt, void *dx, size_t i, float beta, float v)
     tq_st(dx, dt, i, v);
 }
 
-/* g0_..g3_ = g at the window element argmax4 picks (v0..v3, first maximum, NaN wins), 0 at the
+/* g0_..g3_ = g at the window element max4 picks (v0..v3, first maximum, NaN wins), 0 at the
  * others; branch-free selects so that the channel loop vectorises. t_k: v_k replaces the
  * running maximum, which moves g from the earlier elements to v_k. */
 #define WIN_GRAD(v0, v1, v2, v3, g)                                        \
@@ -109,45 +92,29 @@ TQ_ALWAYS_INLINE void k_maxpool_bwd_rows(tq_dtype dt, tq_shape s, int img, int o
         return;
     }
     size_t yo = (((size_t)img * (s.h / 2) + oh) * Q) * C;
-    if (dt == TQ_F32) {      /* the argmax of the window, branch-free over the channels */
-        for (int q = 0; q < Q; q++) {
-            size_t i00 = r0 + (size_t)(2 * q) * C;
-            const float *a = (const float *)x + i00, *b = a + C, *e = a + rs, *f = e + C;
-            const float *g = (const float *)dy + yo + (size_t)q * C;
-            float *da = (float *)dx + i00, *db = da + C, *de = da + rs, *df = de + C;
-            if (beta == 0.0f) {
-#pragma omp simd
-                for (int c = 0; c < C; c++) {
-                    float va = a[c], vb = b[c], ve = e[c], vf = f[c], gc = g[c];
-                    WIN_GRAD(va, vb, ve, vf, gc);
-                    da[c] = g0_;
-                    db[c] = g1_;
-                    de[c] = g2_;
-                    df[c] = g3_;
-                }
-            } else {
-#pragma omp simd
-                for (int c = 0; c < C; c++) {
-                    float va = a[c], vb = b[c], ve = e[c], vf = f[c], gc = g[c];
-                    WIN_GRAD(va, vb, ve, vf, gc);
-                    da[c] = g0_ + beta * da[c];
-                    db[c] = g1_ + beta * db[c];
-                    de[c] = g2_ + beta * de[c];
-                    df[c] = g3_ + beta * df[c];
-                }
-            }
-        }
-    } else {
-        for (int q = 0; q < Q; q++)
-            for (int c = 0; c < C; c++) {
-                size_t i00 = r0 + (size_t)(2 * q) * C + c;
-                size_t idx[4] = { i00, i00 + C, i00 + rs, i00 + rs + C };
-                float v[4];
-                for (int k = 0; k < 4; k++) v[k] = tq_ld(x, dt, idx[k]);
-                int am = argmax4(v);
-                float g = tq_ld(dy, dt, yo + (size_t)q * C + c);
-                for (int k = 0; k < 4; k++) mix1(dt, dx, idx[k], beta, k == am ? g : 0.0f);
-            }
+    for (int q = 0; q < Q; q++) {   /* the argmax of the window, branch-free over the channels */
+        size_t ia = r0 + (size_t)(2 * q) * C, ib = ia + C, ie = ia + rs, iff = ie + C;
+        size_t ig = yo + (size_t)q * C;
+        if (beta == 0.0f)
+            TQ_SIMD(dt, for (int c = 0; c < C; c++) {
+                float va = tq_ld(x, dt, ia + c), vb = tq_ld(x, dt, ib + c), ve = tq_ld(x, dt, ie + c),
+                      vf = tq_ld(x, dt, iff + c), gc = tq_ld(dy, dt, ig + c);
+                WIN_GRAD(va, vb, ve, vf, gc);
+                tq_st(dx, dt, ia + c, g0_);
+                tq_st(dx, dt, ib + c, g1_);
+                tq_st(dx, dt, ie + c, g2_);
+                tq_st(dx, dt, iff + c, g3_);
+            });
+        else
+            TQ_SIMD(dt, for (int c = 0; c < C; c++) {
+                float va = tq_ld(x, dt, ia + c), vb = tq_ld(x, dt, ib + c), ve = tq_ld(x, dt, ie + c),
+                      vf = tq_ld(x, dt, iff + c), gc = tq_ld(dy, dt, ig + c);
+                WIN_GRAD(va, vb, ve, vf, gc);
+                tq_st(dx, dt, ia + c, g0_ + beta * tq_ld(dx, dt, ia + c));
+                tq_st(dx, dt, ib + c, g1_ + beta * tq_ld(dx, dt, ib + c));
+                tq_st(dx, dt, ie + c, g2_ + beta * tq_ld(dx, dt, ie + c));
+                tq_st(dx, dt, iff + c, g3_ + beta * tq_ld(dx, dt, iff + c));
+            });
     }
     if (s.w & 1)                                   /* uncovered last column */
         for (int rr = 0; rr < 2; rr++)
