@@ -145,6 +145,16 @@ TQ_ALWAYS_INLINE void norm_rows(tq_dtype dt, size_t r0, size_t r1, size_t ld, si
     }
 }
 
+/* the normalisation pass is the hottest element-wise loop of a ResNet step (its recomputation
+ * included): built for AVX-512 and AVX2 too, the one that runs picked when the program loads.
+ * The same C arithmetic (ISO C: no FMA contraction), so the same bits on every machine. */
+__attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+static void norm_block(tq_dtype dt, size_t r0, size_t r1, size_t ld, size_t c0, int cw, void *y,
+                       const void *x, const void *res, const float *mu, const float *is,
+                       const float *g, const float *b, int relu) {
+    TQ_DT_CALL(dt, norm_rows, r0, r1, ld, c0, cw, y, x, res, mu, is, g, b, relu);
+}
+
 static void norm_pass(tq_backend *be, tq_dtype dt, size_t m, size_t ld, size_t c0, int cw,
                       void *y, const void *x, const void *res, const float *mu, const float *is,
                       const float *g, const float *b, int relu) {
@@ -154,7 +164,7 @@ static void norm_pass(tq_backend *be, tq_dtype dt, size_t m, size_t ld, size_t c
 #pragma omp parallel for num_threads(nt) schedule(static) if (par)
     for (size_t rb = 0; rb < nrb; rb++) {
         size_t r0 = rb * ROW_BLK, r1 = r0 + ROW_BLK < m ? r0 + ROW_BLK : m;
-        TQ_DT_CALL(dt, norm_rows, r0, r1, ld, c0, cw, y, x, res, mu, is, g, b, relu);
+        norm_block(dt, r0, r1, ld, c0, cw, y, x, res, mu, is, g, b, relu);
     }
 }
 
