@@ -98,8 +98,8 @@ int tqc_bn_fwd_train(tq_backend *, tq_shape, tq_dtype dt, void *y, const void *x
                      float *run_mean, float *run_var, float momentum, float eps, const void *res,
                      int relu);
 int tqc_bn_norm(tq_backend *, tq_shape, tq_dtype dt, void *y, const void *x, const void *res,
-                const float *gamma,
-                const float *beta, const float *mean, const float *invstd, int relu);
+                const float *gamma, const float *beta, const float *mean, const float *invstd,
+                int relu);
 int tqc_bn_fwd_infer(tq_backend *, tq_shape, tq_dtype dt, void *y, const void *x,
                      const float *gamma, const float *beta, const float *run_mean,
                      const float *run_var, float eps, const void *res, int relu);
