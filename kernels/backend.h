@@ -26,6 +26,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 #include "common/tq_common.h"
 
 enum { TQ_OK = 0, TQ_EINVAL = -1, TQ_ENOMEM = -2, TQ_EIO = -3, TQ_EDATA = -4, TQ_EDEVICE = -5,
@@ -164,6 +165,19 @@ struct tq_backend {
 };
 
 /* The CPU backend (always built). threads <= 0: OpenMP's default. */
+/* The index of the first NULL operation in i (counting the function pointers after `name`), or
+ * -1 when every operation is there: a backend must implement them all. */
+static inline int tq_backend_i_missing(const tq_backend_i *i) {
+    typedef void (*fn)(void);
+    const size_t first = offsetof(tq_backend_i, alloc), n = (sizeof *i - first) / sizeof(fn);
+    for (size_t k = 0; k < n; k++) {
+        fn f;
+        memcpy(&f, (const char *)i + first + k * sizeof(fn), sizeof f);
+        if (!f) return (int)k;
+    }
+    return -1;
+}
+
 tq_backend *tq_cpu_backend_new(int threads);
 void tq_backend_free(tq_backend *);             /* any backend: calls i->destroy, then frees */
 void tq_backend_seterr(tq_backend *, const char *fmt, ...);

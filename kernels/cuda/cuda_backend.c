@@ -257,6 +257,8 @@ static const tq_backend_i cuda_iface = {
     .load_batch = tqc_load_batch,
 };
 
+const tq_backend_i *tqc_backend_iface(void) { return &cuda_iface; }
+
 tq_backend *tq_cuda_backend_new(int device, int benchmark, char *why, size_t why_len) {
     char tmp[256];
     if (!why) { why = tmp; why_len = sizeof tmp; }

@@ -61,6 +61,8 @@ typedef struct {
 
 cudnnDataType_t tqc_dnn_dtype(tq_dtype dt);
 const char *tqc_conv_kind_name(int kind);          /* "conv_fwd", "conv_bwd_data", ... */
+/* the backend's operation table (cuda_backend.c), for checks that need no device */
+const tq_backend_i *tqc_backend_iface(void);
 
 /* Tensors (all three in dtype dt), the convolution descriptor (f32 compute, cross-correlation)
  * and the operation of `kind` with the given alpha/beta. */

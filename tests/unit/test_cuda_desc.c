@@ -10,7 +10,8 @@
  * or channel count fails with CUDNN_STATUS_BAD_PARAM and a message that names the op and the
  * wrong shape; cuBLASLt descriptors create with the transposition-trick layouts (op(A) m×k,
  * op(B) k×n, C m×n, the leading dimensions of row-major data, dtypes, epilogue); the error
- * line carries status, call, file and line.
+ * line carries status, call, file and line. And the backend's operation table is complete (a new
+ * operation of kernels/backend.h that the CUDA backend lacks fails here, with no GPU needed).
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -243,6 +244,15 @@ static int32_t desc_i32(cublasLtMatmulDesc_t d, cublasLtMatmulDescAttributes_t a
     return v;
 }
 
+static void test_iface_complete(void **state) {
+    (void)state;
+    const tq_backend_i *i = tqc_backend_iface();
+    assert_string_equal(i->name, "cuda");
+    int miss = tq_backend_i_missing(i);
+    if (miss >= 0) print_error("the CUDA backend lacks operation %d of tq_backend_i\n", miss);
+    assert_int_equal(miss, -1);
+}
+
 static void test_lin_descs(void **state) {
     (void)state;
     const int shapes[][3] = { { 128, 512, 10 }, { 1, 3, 7 }, { 64, 784, 256 }, { 33, 65, 17 } };
@@ -317,6 +327,7 @@ int main(void) {
         cmocka_unit_test(test_conv_wrong_shape),
         cmocka_unit_test(test_dnn_msg),
         cmocka_unit_test(test_lin_descs),
+        cmocka_unit_test(test_iface_complete),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -448,6 +448,14 @@ static void test_linear(void **state) {
     run_conv_case(&c3);
 }
 
+/* every operation of kernels/backend.h is there */
+static void test_iface_complete(void **state) {
+    (void)state;
+    int miss = tq_backend_i_missing(be->i);
+    if (miss >= 0) print_error("the CPU backend lacks operation %d of tq_backend_i\n", miss);
+    assert_int_equal(miss, -1);
+}
+
 static void test_conv_bad_desc(void **state) {
     (void)state;
     tq_conv_desc d = { { 2, 4, 4, 3 }, 0, 3, 3, 1, 1 };
@@ -1247,7 +1255,7 @@ static int teardown(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         T(test_vtable_complete), T(test_alloc_accounting), T(test_conv), T(test_conv_chunked),
-        T(test_linear), T(test_conv_bad_desc), T(test_bn), T(test_bn_large),
+        T(test_linear), T(test_iface_complete), T(test_conv_bad_desc), T(test_bn), T(test_bn_large),
         T(test_bn_deterministic), T(test_bn_bad), T(test_relu), T(test_add_accumulate),
         T(test_maxpool), T(test_avgpool), T(test_softmax_ce), T(test_cast), T(test_conversions_reference),
         T(test_unscale_check), T(test_sgd), T(test_adamw), T(test_load_batch),
