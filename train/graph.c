@@ -193,32 +193,49 @@ static void extend(tq_tensor *t, int time) {
     if (time > t->t_end) t->t_end = time;
 }
 
+/* Who reads and who writes each tensor, for the planning passes below. */
+typedef struct { int nt; int *uses, *producer; } gindex;
+
+static void gindex_init(const tq_graph *g, gindex *x) {
+    x->nt = g->ntensors;
+    x->uses = calloc((size_t)x->nt, sizeof(int));
+    x->producer = malloc(sizeof(int) * x->nt);
+    TQ_ASSERT(x->uses && x->producer);
+    for (int t = 0; t < x->nt; t++) x->producer[t] = -1;
+    for (int i = 0; i < g->nnodes; i++) {
+        const tq_node *n = &g->nodes[i];
+        for (int j = 0; j < n->nin; j++) x->uses[n->in[j]]++;
+        if (n->out >= 0) x->producer[n->out] = i;
+    }
+}
+static void gindex_free(gindex *x) { free(x->uses); free(x->producer); }
+/* tensor t (one of the indexed ones) is the output of an `op` node */
+static int made_by(const tq_graph *g, const gindex *x, int t, tq_op op) {
+    return t >= 0 && t < x->nt && x->producer[t] >= 0 && g->nodes[x->producer[t]].op == op;
+}
+
 /* Which ReLU outputs the backward regenerates rather than keeps (graph.h). */
-static void plan_recompute(tq_graph *g) {
-    int nt = g->ntensors;
-    int *uses = calloc((size_t)nt, sizeof(int)), *producer = malloc(sizeof(int) * nt);
-    char *redone = calloc((size_t)nt, 1);
-    TQ_ASSERT(uses && producer && redone);
-    for (int t = 0; t < nt; t++) producer[t] = -1;
+static void plan_recompute(tq_graph *g, const gindex *ix) {
+    const int *uses = ix->uses, *producer = ix->producer;
+    char *redone = calloc((size_t)ix->nt, 1);
+    TQ_ASSERT(redone);
     for (int i = 0; i < g->nnodes; i++) {
         tq_node *n = &g->nodes[i];
-        for (int j = 0; j < n->nin; j++) uses[n->in[j]]++;
-        if (n->out >= 0) producer[n->out] = i;
         if (n->op == TQ_OP_CONV) n->bwd_x = n->in[0];
         if (n->op == TQ_OP_RELU) n->bwd_y = n->out;
     }
-#define IS(t, o) ((t) >= 0 && producer[t] >= 0 && g->nodes[producer[t]].op == (o))
     for (int r = 0; r < g->nnodes && !g->no_recompute; r++) {
         if (g->nodes[r].op != TQ_OP_RELU) continue;
         int y = g->nodes[r].out, a = g->nodes[r].in[0], bn = -1, res = -1;
         if (uses[a] != 1) continue;
-        if (IS(a, TQ_OP_BN)) {
+        if (made_by(g, ix, a, TQ_OP_BN)) {
             bn = producer[a];
-        } else if (IS(a, TQ_OP_ADD)) {   /* relu(bn(x) + r): r a kept ReLU output */
+        } else if (made_by(g, ix, a, TQ_OP_ADD)) {   /* relu(bn(x) + r): r a kept ReLU output */
             const tq_node *ad = &g->nodes[producer[a]];
             for (int j = 0; j < 2 && bn < 0; j++) {
                 int p = ad->in[j], q = ad->in[1 - j];
-                if (IS(p, TQ_OP_BN) && uses[p] == 1 && IS(q, TQ_OP_RELU) && !redone[q]) { bn = producer[p]; res = q; }
+                if (made_by(g, ix, p, TQ_OP_BN) && uses[p] == 1 && made_by(g, ix, q, TQ_OP_RELU) &&
+                    !redone[q]) { bn = producer[p]; res = q; }
             }
         }
         if (bn < 0) continue;
@@ -241,35 +258,25 @@ static void plan_recompute(tq_graph *g) {
         g->nodes[first].remat = g->nremats++;   /* the latest reader runs its backward first */
         redone[y] = 1;
     }
-#undef IS
-    free(uses); free(producer); free(redone);
+    free(redone);
 }
 
 /* Which BNs write a following ReLU's output themselves (graph.h). */
-static void plan_fusion(tq_graph *g) {
-    int nt = g->ntensors;
-    int *uses = calloc((size_t)nt, sizeof(int)), *producer = malloc(sizeof(int) * nt);
-    TQ_ASSERT(uses && producer);
-    for (int t = 0; t < nt; t++) producer[t] = -1;
-    for (int i = 0; i < g->nnodes; i++) {
-        const tq_node *n = &g->nodes[i];
-        for (int j = 0; j < n->nin; j++) uses[n->in[j]]++;
-        if (n->out >= 0) producer[n->out] = i;
-    }
-#define IS(t, o) ((t) >= 0 && producer[t] >= 0 && g->nodes[producer[t]].op == (o))
+static void plan_fusion(tq_graph *g, const gindex *ix) {
+    const int *uses = ix->uses, *producer = ix->producer;
     for (int r = 0; r < g->nnodes && !g->no_fuse; r++) {
         tq_node *rn = &g->nodes[r];
         if (rn->op != TQ_OP_RELU || uses[rn->in[0]] != 1) continue;
         int a = rn->in[0];
-        if (IS(a, TQ_OP_BN)) {
+        if (made_by(g, ix, a, TQ_OP_BN)) {
             tq_node *b = &g->nodes[producer[a]];
             b->fuse_out = rn->out;
             rn->fused = 1;
-        } else if (IS(a, TQ_OP_ADD)) {
+        } else if (made_by(g, ix, a, TQ_OP_ADD)) {
             tq_node *ad = &g->nodes[producer[a]];
             for (int j = 0; j < 2; j++) {
                 int p = ad->in[j], q = ad->in[1 - j];
-                if (!IS(p, TQ_OP_BN) || uses[p] != 1 || producer[q] >= producer[p]) continue;
+                if (!made_by(g, ix, p, TQ_OP_BN) || uses[p] != 1 || producer[q] >= producer[p]) continue;
                 tq_node *b = &g->nodes[producer[p]];
                 b->fuse_out = rn->out;
                 b->fuse_res = q;
@@ -278,16 +285,17 @@ static void plan_fusion(tq_graph *g) {
             }
         }
     }
-#undef IS
-    free(uses); free(producer);
 }
 
 /* Lifetimes of activations (forward uses + what backward keeps) and their gradients. */
 static void lifetimes(tq_graph *g) {
     int L = g->nnodes - 1;
     TQ_ASSERT(g->nodes[L].op == TQ_OP_LOSS);
-    plan_fusion(g);
-    plan_recompute(g);
+    gindex ix;   /* of the graph as built: the recomputation's new tensors are nobody's input */
+    gindex_init(g, &ix);
+    plan_fusion(g, &ix);
+    plan_recompute(g, &ix);
+    gindex_free(&ix);
     extend(&g->tensors[g->labels], 0);
     for (int i = 0; i < g->nnodes; i++) {
         tq_node *n = &g->nodes[i];
