@@ -545,27 +545,18 @@ static void flip_w(tq_backend *be, const tq_conv_desc *d, size_t es, void *Wt, c
 }
 #undef FLIP_W
 
-/* dx = beta·dx (+ t when t is not NULL) over n elements of dt (f32 or bf16) */
-static void mix(tq_backend *be, tq_dtype dt, void *dx, const void *t, size_t n, float beta) {
+/* dx = beta·dx over n elements of dt (f32 or bf16); dx = beta·dx + t is the backend's own
+ * accumulate (tq_cpu_accumulate) */
+static void scale(tq_backend *be, tq_dtype dt, void *dx, size_t n, float beta) {
     int nt = n >= TQ_PAR_MIN ? tq_cpu_nt(be) : 1;
     if (dt == TQ_F32) {
         float *a = dx;
-        const float *b = t;
-        if (!b) {
 #pragma omp parallel for simd num_threads(nt) schedule(static)
-            for (size_t i = 0; i < n; i++) a[i] *= beta;
-        } else if (beta == 1.0f) {
-#pragma omp parallel for simd num_threads(nt) schedule(static)
-            for (size_t i = 0; i < n; i++) a[i] += b[i];
-        } else {
-#pragma omp parallel for simd num_threads(nt) schedule(static)
-            for (size_t i = 0; i < n; i++) a[i] = beta * a[i] + b[i];
-        }
+        for (size_t i = 0; i < n; i++) a[i] *= beta;
         return;
     }
 #pragma omp parallel for simd num_threads(nt) schedule(static)
-    for (size_t i = 0; i < n; i++)
-        tq_st(dx, dt, i, beta * tq_ld(dx, dt, i) + (t ? tq_ld(t, dt, i) : 0.0f));
+    for (size_t i = 0; i < n; i++) tq_st(dx, dt, i, beta * tq_ld(dx, dt, i));
 }
 
 int tq_dnnl_conv_bwd_data(tq_backend *be, const tq_conv_desc *d, tq_dtype dt, void *dx,
@@ -581,7 +572,7 @@ int tq_dnnl_conv_bwd_data(tq_backend *be, const tq_conv_desc *d, tq_dtype dt, vo
     int rc;
     if (beta != 0.0f && c->tr) {
         /* dx = beta·dx + conv(dy, Wt): the sum post-op adds to what dx holds */
-        if (beta != 1.0f) mix(be, dt, dx, NULL, nx_of(c), beta);
+        if (beta != 1.0f) scale(be, dt, dx, nx_of(c), beta);
         lay_bwdd_tr(c, &L);
         void *wt = base + L.flip;
         flip_w(be, d, esize(dt), wt, w);
@@ -609,8 +600,7 @@ int tq_dnnl_conv_bwd_data(tq_backend *be, const tq_conv_desc *d, tq_dtype dt, vo
     void *t = base + L.tmp;
     void *p[] = { (void *)dy, wb, t };
     if ((rc = step_run(be, D, &c->b, op, p, base + L.sp))) return rc;
-    mix(be, dt, dx, t, nx_of(c), beta);
-    return TQ_OK;
+    return tq_cpu_accumulate(be, nx_of(c), dt, dx, beta, t);
 }
 
 int tq_dnnl_conv_bwd_filter(tq_backend *be, const tq_conv_desc *d, tq_dtype dt, float *dw,
