@@ -164,7 +164,6 @@ struct tq_backend {
     char err[256];
 };
 
-/* The CPU backend (always built). threads <= 0: OpenMP's default. */
 /* The index of the first NULL operation in i (counting the function pointers after `name`), or
  * -1 when every operation is there: a backend must implement them all. */
 static inline int tq_backend_i_missing(const tq_backend_i *i) {
@@ -178,6 +177,7 @@ static inline int tq_backend_i_missing(const tq_backend_i *i) {
     return -1;
 }
 
+/* The CPU backend (always built). threads <= 0: OpenMP's default. */
 tq_backend *tq_cpu_backend_new(int threads);
 void tq_backend_free(tq_backend *);             /* any backend: calls i->destroy, then frees */
 void tq_backend_seterr(tq_backend *, const char *fmt, ...);

@@ -168,7 +168,7 @@ k_bn_norm(size_t m, int C, int tc, void *y, const void *x, const void *res, cons
 
 static int launch_norm(tq_backend *be, tq_dtype dt, size_t m, int C, void *y, const void *x,
                        const float *mu, const float *is, const float *gamma, const float *beta,
-                       int relu = 0, const void *res = NULL) {
+                       int relu, const void *res) {
     tqc_ctile t = tqc_ctile_of(C);
     dim3 grid(t.gx, tqc_rows_grid(m, t));
     TQC_DT_SWITCH(dt, DT, (k_bn_norm<DT><<<grid, TQC_RED_THREADS, 0, tqc(be)->stream>>>(
