@@ -116,10 +116,13 @@ typedef struct tq_backend_i {
     int (*add_fwd)(tq_backend *, size_t n, tq_dtype dt, void *y, const void *a, const void *b);
     int (*accumulate)(tq_backend *, size_t n, tq_dtype dt, void *dst, float beta, const void *src);
 
-    /* pooling: max 2×2 stride 2 (backward recomputes the argmax from x), global average */
-    int (*maxpool_fwd)(tq_backend *, tq_shape x, tq_dtype dt, void *y, const void *xp);
+    /* pooling: max 2×2 stride 2 (backward recomputes the argmax from x), global average.
+     * relu: y = relu(maxpool(x)), which is maxpool(relu(x)) bit for bit (NaN included), and
+     * the backward passes dy to the argmax only where that y > 0 or is NaN: relu_bwd ∘
+     * maxpool_bwd of the unfused pair, without the ReLU's tensors (train/graph.c). */
+    int (*maxpool_fwd)(tq_backend *, tq_shape x, tq_dtype dt, void *y, const void *xp, int relu);
     int (*maxpool_bwd)(tq_backend *, tq_shape x, tq_dtype dt, void *dx, float beta,
-                       const void *dy, const void *xp);
+                       const void *dy, const void *xp, int relu);
     int (*avgpool_fwd)(tq_backend *, tq_shape x, tq_dtype dt, void *y, const void *xp);
     int (*avgpool_bwd)(tq_backend *, tq_shape x, tq_dtype dt, void *dx, float beta,
                        const void *dy);

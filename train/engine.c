@@ -175,7 +175,7 @@ static int forward_node(tq_engine *e, const tq_node *nd, int n, int train, float
                                nd->fuse_out >= 0);
     case TQ_OP_RELU: return I->relu_fwd(be, tq_shape_numel(xs), dt, y, x);
     case TQ_OP_ADD: return I->add_fwd(be, tq_shape_numel(xs), dt, y, x, tq_tdata(e, nd->in[1]));
-    case TQ_OP_MAXPOOL: return I->maxpool_fwd(be, xs, dt, y, x);
+    case TQ_OP_MAXPOOL: return I->maxpool_fwd(be, xs, dt, y, x, nd->pool_relu);
     case TQ_OP_AVGPOOL: return I->avgpool_fwd(be, xs, dt, y, x);
     case TQ_OP_LINEAR:
         return I->linear_fwd(be, n, nd->lin_in, nd->lin_out, dt, y, x, tq_wdata(e, nd->w_off),
@@ -237,7 +237,7 @@ static int backward_node(tq_engine *e, const tq_node *nd) {
         return TQ_OK;
     case TQ_OP_MAXPOOL:
         TQ_ASSERT(dx);
-        return I->maxpool_bwd(be, xs, dt, dx, nd->din_beta[0], dy, x);
+        return I->maxpool_bwd(be, xs, dt, dx, nd->din_beta[0], dy, x, nd->pool_relu);
     case TQ_OP_AVGPOOL:
         TQ_ASSERT(dx);
         return I->avgpool_bwd(be, xs, dt, dx, nd->din_beta[0], dy);

@@ -287,8 +287,34 @@ static void plan_fusion(tq_graph *g, const gindex *ix) {
     }
 }
 
+/* A max-pool that is a ReLU output's only reader reads the ReLU's input and applies the ReLU
+ * itself (graph.h); the ReLU node leaves the graph. */
+static void plan_pool_relu(tq_graph *g) {
+    if (g->no_fuse) return;
+    gindex ix;
+    gindex_init(g, &ix);
+    char *gone = calloc((size_t)g->nnodes, 1);
+    TQ_ASSERT(gone);
+    for (int i = 0; i < g->nnodes; i++) {
+        tq_node *m = &g->nodes[i];
+        int r = m->op == TQ_OP_MAXPOOL ? m->in[0] : -1;
+        if (!made_by(g, &ix, r, TQ_OP_RELU) || ix.uses[r] != 1) continue;
+        int ri = ix.producer[r];
+        m->in[0] = g->nodes[ri].in[0];
+        m->pool_relu = 1;
+        gone[ri] = 1;
+    }
+    int k = 0;
+    for (int i = 0; i < g->nnodes; i++)
+        if (!gone[i]) g->nodes[k++] = g->nodes[i];
+    g->nnodes = k;
+    free(gone);
+    gindex_free(&ix);
+}
+
 /* Lifetimes of activations (forward uses + what backward keeps) and their gradients. */
 static void lifetimes(tq_graph *g) {
+    plan_pool_relu(g);
     int L = g->nnodes - 1;
     TQ_ASSERT(g->nodes[L].op == TQ_OP_LOSS);
     gindex ix;   /* of the graph as built: the recomputation's new tensors are nobody's input */
@@ -393,7 +419,7 @@ int tq_graph_plan(tq_graph *g, tq_backend *be) {
     size_t arena = 0;
     for (int oi = 0; oi < nt; oi++) {
         tq_tensor *t = &g->tensors[order[oi]];
-        if (t->t_begin < 0) {   /* never used: an output a fused BN wrote past (graph.h) */
+        if (t->t_begin < 0) {   /* never used: an output a fusion wrote past (graph.h) */
             TQ_ASSERT(t->kind == TQ_T_ACT);
             t->offset = 0;
             continue;

@@ -23,6 +23,10 @@
  *   tensor computed before the BN) that only feeds a ReLU, writes the ReLU's output itself in
  *   one pass (bn_fwd_train/infer's epilogue); the ReLU and the add do nothing in the forward,
  *   and the tensors between them are never allocated. Their backwards are unchanged.
+ *   A max-pool that is a ReLU's only reader takes the ReLU in, forward and backward
+ *   (maxpool_fwd/bwd's relu): the ReLU node leaves the graph at planning, and neither its
+ *   output nor that output's gradient is ever allocated. Both fusions are bit for bit the
+ *   separate passes.
  * - The graph owns its memory (tq_graph_free). Not thread-safe; one trainer uses one graph.
  */
 #ifndef TQ_GRAPH_H
@@ -82,6 +86,7 @@ typedef struct {
     int remat;                /* index in tq_graph.remats to run before this backward, -1 none */
     int fuse_out, fuse_res;   /* bn: the ReLU output it writes (-1: its own out), the add's other input */
     int fused;                /* relu/add: its forward is done by a BN's epilogue */
+    int pool_relu;            /* maxpool: y = relu(maxpool(x)), a ReLU folded in (graph.h) */
 } tq_node;
 
 /* A recomputed activation: dst = relu(bn(x) [+ res]) with bn's saved input and statistics. */

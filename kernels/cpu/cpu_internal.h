@@ -127,9 +127,9 @@ int tq_cpu_adamw_step(tq_backend *, size_t n, float *w, const float *g, float *m
                       const float *skip);
 
 /* pooling, loss, data: cpu_pool.c */
-int tq_cpu_maxpool_fwd(tq_backend *, tq_shape x, tq_dtype dt, void *y, const void *xp);
+int tq_cpu_maxpool_fwd(tq_backend *, tq_shape x, tq_dtype dt, void *y, const void *xp, int relu);
 int tq_cpu_maxpool_bwd(tq_backend *, tq_shape x, tq_dtype dt, void *dx, float beta,
-                       const void *dy, const void *xp);
+                       const void *dy, const void *xp, int relu);
 int tq_cpu_avgpool_fwd(tq_backend *, tq_shape x, tq_dtype dt, void *y, const void *xp);
 int tq_cpu_avgpool_bwd(tq_backend *, tq_shape x, tq_dtype dt, void *dx, float beta,
                        const void *dy);

@@ -2,7 +2,11 @@
  *
  * maxpool: 2×2 window, stride 2, y = (n, h/2, w/2, c) (floor; an odd last row/column belongs to
  *   no window and gets no gradient). The argmax is the first maximum in row-major window order;
- *   a NaN counts as a maximum (PyTorch's `val > max || isnan(val)`), so NaNs propagate.
+ *   a NaN counts as a maximum (PyTorch's `val > max || isnan(val)`), so NaNs propagate. With
+ *   relu, y = relu(max) (cpu_elem.c's relu: m <= 0 ? 0 : m) and the argmax gets dy only where
+ *   m > 0 or m is NaN. That is the unfused relu → maxpool pair bit for bit: relu is monotone and
+ *   keeps NaN, so where m > 0 the first maximum is the same element, and where m <= 0 both
+ *   give every element of the window 0.
  * avgpool: global, y = (n, 1, 1, c), sums in double.
  * softmax_ce: per row, max-shifted log-softmax in f32, loss and hit counts summed in double
  *   (serial: reproducible), argmax = first maximum.
@@ -21,8 +25,10 @@ TQ_ALWAYS_INLINE float max4(float a, float b, float c, float d) {
     return pick(pick(pick(a, b), c), d);
 }
 
+TQ_ALWAYS_INLINE float relu_if(int relu, float m) { return relu && m <= 0.0f ? 0.0f : m; }
+
 TQ_ALWAYS_INLINE void k_maxpool_row(tq_dtype dt, tq_shape s, int img, int oh, void *y,
-                                    const void *x) {
+                                    const void *x, int relu) {
     int Q = s.w / 2, C = s.c;
     size_t rs = (size_t)s.w * C;
     size_t r0 = ((size_t)img * s.h + 2 * oh) * rs;
@@ -31,8 +37,8 @@ TQ_ALWAYS_INLINE void k_maxpool_row(tq_dtype dt, tq_shape s, int img, int oh, vo
         size_t ia = r0 + (size_t)(2 * q) * C, ib = ia + C, ie = ia + rs, iff = ie + C;
         size_t io = yo + (size_t)q * C;
         TQ_SIMD(dt, for (int c = 0; c < C; c++)
-            tq_st(y, dt, io + c, max4(tq_ld(x, dt, ia + c), tq_ld(x, dt, ib + c), tq_ld(x, dt, ie + c),
-                                      tq_ld(x, dt, iff + c))););
+            tq_st(y, dt, io + c, relu_if(relu, max4(tq_ld(x, dt, ia + c), tq_ld(x, dt, ib + c),
+                                                    tq_ld(x, dt, ie + c), tq_ld(x, dt, iff + c)))););
     }
 }
 
@@ -46,13 +52,13 @@ static int pool_check(tq_backend *be, const char *op, tq_shape s, tq_dtype dt) {
     return TQ_OK;
 }
 
-int tq_cpu_maxpool_fwd(tq_backend *be, tq_shape s, tq_dtype dt, void *y, const void *xp) {
+int tq_cpu_maxpool_fwd(tq_backend *be, tq_shape s, tq_dtype dt, void *y, const void *xp, int relu) {
     int rc = pool_check(be, "maxpool_fwd", s, dt);
     if (rc) return rc;
     int P = s.h / 2, nrow = s.n * P, nt = tq_cpu_nt(be);
     int par = tq_shape_numel(s) > TQ_PAR_MIN;
 #pragma omp parallel for num_threads(nt) schedule(static) if (par)
-    for (int t = 0; t < nrow; t++) TQ_DT_CALL(dt, k_maxpool_row, s, t / P, t % P, y, xp);
+    for (int t = 0; t < nrow; t++) TQ_DT_CALL(dt, k_maxpool_row, s, t / P, t % P, y, xp, relu);
     return TQ_OK;
 }
 
@@ -83,7 +89,7 @@ TQ_ALWAYS_INLINE void mix1(tq_dtype dt, void *dx, size_t i, float beta, float v)
 
 /* Input rows 2·oh, 2·oh+1 of image img (or the odd last row when 2·oh+1 == h). */
 TQ_ALWAYS_INLINE void k_maxpool_bwd_rows(tq_dtype dt, tq_shape s, int img, int oh, void *dx,
-                                         float beta, const void *dy, const void *x) {
+                                         float beta, const void *dy, const void *x, int relu) {
     int Q = s.w / 2, C = s.c;
     size_t rs = (size_t)s.w * C;
     size_t r0 = ((size_t)img * s.h + 2 * oh) * rs;
@@ -99,6 +105,7 @@ TQ_ALWAYS_INLINE void k_maxpool_bwd_rows(tq_dtype dt, tq_shape s, int img, int o
             TQ_SIMD(dt, for (int c = 0; c < C; c++) {
                 float va = tq_ld(x, dt, ia + c), vb = tq_ld(x, dt, ib + c), ve = tq_ld(x, dt, ie + c),
                       vf = tq_ld(x, dt, iff + c), gc = tq_ld(dy, dt, ig + c);
+                gc = (relu & (max4(va, vb, ve, vf) <= 0.0f)) ? 0.0f : gc;
                 WIN_GRAD(va, vb, ve, vf, gc);
                 tq_st(dx, dt, ia + c, g0_);
                 tq_st(dx, dt, ib + c, g1_);
@@ -109,6 +116,7 @@ TQ_ALWAYS_INLINE void k_maxpool_bwd_rows(tq_dtype dt, tq_shape s, int img, int o
             TQ_SIMD(dt, for (int c = 0; c < C; c++) {
                 float va = tq_ld(x, dt, ia + c), vb = tq_ld(x, dt, ib + c), ve = tq_ld(x, dt, ie + c),
                       vf = tq_ld(x, dt, iff + c), gc = tq_ld(dy, dt, ig + c);
+                gc = (relu & (max4(va, vb, ve, vf) <= 0.0f)) ? 0.0f : gc;
                 WIN_GRAD(va, vb, ve, vf, gc);
                 tq_st(dx, dt, ia + c, g0_ + beta * tq_ld(dx, dt, ia + c));
                 tq_st(dx, dt, ib + c, g1_ + beta * tq_ld(dx, dt, ib + c));
@@ -123,14 +131,14 @@ TQ_ALWAYS_INLINE void k_maxpool_bwd_rows(tq_dtype dt, tq_shape s, int img, int o
 }
 
 int tq_cpu_maxpool_bwd(tq_backend *be, tq_shape s, tq_dtype dt, void *dx, float beta,
-                       const void *dy, const void *xp) {
+                       const void *dy, const void *xp, int relu) {
     int rc = pool_check(be, "maxpool_bwd", s, dt);
     if (rc) return rc;
     int P2 = (s.h + 1) / 2, nrow = s.n * P2, nt = tq_cpu_nt(be);
     int par = tq_shape_numel(s) > TQ_PAR_MIN;
 #pragma omp parallel for num_threads(nt) schedule(static) if (par)
-    for (int t = 0; t < nrow; t++)
-        TQ_DT_CALL(dt, k_maxpool_bwd_rows, s, t / P2, t % P2, dx, beta, dy, xp);
+    for (int t = 0; t < nrow; t++)   /* relu a run-time select: one loop body per dtype */
+        TQ_DT_CALL(dt, k_maxpool_bwd_rows, s, t / P2, t % P2, dx, beta, dy, xp, relu);
     return TQ_OK;
 }
 

@@ -111,9 +111,9 @@ int tqc_relu_bwd(tq_backend *, size_t n, tq_dtype dt, void *dx, float beta, cons
                  const void *y);
 int tqc_add_fwd(tq_backend *, size_t n, tq_dtype dt, void *y, const void *a, const void *b);
 int tqc_accumulate(tq_backend *, size_t n, tq_dtype dt, void *dst, float beta, const void *src);
-int tqc_maxpool_fwd(tq_backend *, tq_shape x, tq_dtype dt, void *y, const void *xp);
+int tqc_maxpool_fwd(tq_backend *, tq_shape x, tq_dtype dt, void *y, const void *xp, int relu);
 int tqc_maxpool_bwd(tq_backend *, tq_shape x, tq_dtype dt, void *dx, float beta, const void *dy,
-                    const void *xp);
+                    const void *xp, int relu);
 int tqc_avgpool_fwd(tq_backend *, tq_shape x, tq_dtype dt, void *y, const void *xp);
 int tqc_avgpool_bwd(tq_backend *, tq_shape x, tq_dtype dt, void *dx, float beta, const void *dy);
 int tqc_softmax_ce(tq_backend *, int n, int classes, tq_dtype dt, void *dlogits,

@@ -6,6 +6,8 @@
  *   as a maximum (PyTorch's `val > max || isnan(val)`), so NaNs propagate. Forward: one thread
  *   per output element. Backward: one thread per input element, which recomputes the argmax of
  *   its own window from x (no scatter, no atomics, every dx element written exactly once).
+ *   relu: y = relu(max) (m <= 0 ? 0 : m) and the argmax gets dy only where m > 0 or is NaN —
+ *   the unfused relu → maxpool pair bit for bit (kernels/backend.h).
  * - avgpool: y = (n, 1, 1, c). Forward: one block per (image, channel tile) of the shared
  *   TC × RL layout (cuda_kern.cuh), sums in double, row lanes added in a fixed tree order.
  *   Backward: one thread per input element, dx = dy·(1/(h·w)).
@@ -34,7 +36,7 @@ static int pool_check(tq_backend *be, const char *op, tq_shape s, tq_dtype dt) {
     return TQ_OK;
 }
 
-template <int DT>
+template <int DT, int RELU>
 __global__ void k_maxpool_fwd(size_t ny, int H, int W, int C, void *y, const void *x) {
     const int P = H / 2, Q = W / 2;
     const size_t rs = (size_t)W * C;
@@ -48,22 +50,25 @@ __global__ void k_maxpool_fwd(size_t ny, int H, int W, int C, void *y, const voi
         size_t i00 = ((img * H + 2 * p) * W + 2 * q) * C + c;
         float v[4] = { ldx<DT>(x, i00), ldx<DT>(x, i00 + C), ldx<DT>(x, i00 + rs),
                        ldx<DT>(x, i00 + rs + C) };
-        stx<DT>(y, i, v[argmax4(v)]);
+        float m = v[argmax4(v)];
+        stx<DT>(y, i, RELU && m <= 0.0f ? 0.0f : m);
     }
 }
 
-extern "C" int tqc_maxpool_fwd(tq_backend *be, tq_shape s, tq_dtype dt, void *y, const void *xp) {
+extern "C" int tqc_maxpool_fwd(tq_backend *be, tq_shape s, tq_dtype dt, void *y, const void *xp,
+                               int relu) {
     int rc = pool_check(be, "maxpool_fwd", s, dt);
     if (rc) return rc;
     TQC_NEED(be, "maxpool_fwd", y);
     TQC_NEED(be, "maxpool_fwd", xp);
     size_t ny = (size_t)s.n * (s.h / 2) * (s.w / 2) * s.c;
-    TQC_DT_SWITCH(dt, DT, (k_maxpool_fwd<DT><<<GRID(ny)>>>(ny, s.h, s.w, s.c, y, xp)));
+    if (relu) TQC_DT_SWITCH(dt, DT, (k_maxpool_fwd<DT, 1><<<GRID(ny)>>>(ny, s.h, s.w, s.c, y, xp)));
+    else TQC_DT_SWITCH(dt, DT, (k_maxpool_fwd<DT, 0><<<GRID(ny)>>>(ny, s.h, s.w, s.c, y, xp)));
     TQC_LAUNCH_CHECK(be);
     return TQ_OK;
 }
 
-template <int DT, int ACC>
+template <int DT, int ACC, int RELU>
 __global__ void k_maxpool_bwd(size_t nx, int H, int W, int C, void *dx, float beta,
                               const void *dy, const void *x) {
     const int P = H / 2, Q = W / 2;
@@ -81,8 +86,9 @@ __global__ void k_maxpool_bwd(size_t nx, int H, int W, int C, void *dx, float be
             size_t i00 = ((img * H + 2 * oh) * W + 2 * ow) * C + c;
             float w4[4] = { ldx<DT>(x, i00), ldx<DT>(x, i00 + C), ldx<DT>(x, i00 + rs),
                             ldx<DT>(x, i00 + rs + C) };
-            int k = (yy & 1) * 2 + (xx & 1);
-            if (argmax4(w4) == k) v = ldx<DT>(dy, ((img * P + oh) * Q + ow) * C + c);
+            int k = (yy & 1) * 2 + (xx & 1), am = argmax4(w4);
+            if (am == k && !(RELU && w4[am] <= 0.0f))
+                v = ldx<DT>(dy, ((img * P + oh) * Q + ow) * C + c);
         }
         if (ACC) v += beta * ldx<DT>(dx, i);
         stx<DT>(dx, i, v);
@@ -90,17 +96,21 @@ __global__ void k_maxpool_bwd(size_t nx, int H, int W, int C, void *dx, float be
 }
 
 extern "C" int tqc_maxpool_bwd(tq_backend *be, tq_shape s, tq_dtype dt, void *dx, float beta,
-                               const void *dy, const void *xp) {
+                               const void *dy, const void *xp, int relu) {
     int rc = pool_check(be, "maxpool_bwd", s, dt);
     if (rc) return rc;
     TQC_NEED(be, "maxpool_bwd", dx);
     TQC_NEED(be, "maxpool_bwd", dy);
     TQC_NEED(be, "maxpool_bwd", xp);
     size_t nx = tq_shape_numel(s);
-    if (beta == 0.0f)
-        TQC_DT_SWITCH(dt, DT, (k_maxpool_bwd<DT, 0><<<GRID(nx)>>>(nx, s.h, s.w, s.c, dx, 0.0f, dy, xp)));
-    else
-        TQC_DT_SWITCH(dt, DT, (k_maxpool_bwd<DT, 1><<<GRID(nx)>>>(nx, s.h, s.w, s.c, dx, beta, dy, xp)));
+#define MAXPOOL_BWD(ACC, RELU, B) \
+    TQC_DT_SWITCH(dt, DT, (k_maxpool_bwd<DT, ACC, RELU><<<GRID(nx)>>>(nx, s.h, s.w, s.c, dx, B, dy, xp)))
+    if (beta == 0.0f) {
+        if (relu) MAXPOOL_BWD(0, 1, 0.0f); else MAXPOOL_BWD(0, 0, 0.0f);
+    } else {
+        if (relu) MAXPOOL_BWD(1, 1, beta); else MAXPOOL_BWD(1, 0, beta);
+    }
+#undef MAXPOOL_BWD
     TQC_LAUNCH_CHECK(be);
     return TQ_OK;
 }

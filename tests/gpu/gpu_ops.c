@@ -552,22 +552,23 @@ static void elem_case(size_t n, tq_dtype dt, int v) {
 static const tq_shape MAXPS[] = { { 8, 28, 28, 32 }, { 8, 14, 14, 64 }, { 8, 15, 15, 65 }, { 1, 7, 7, 3 }, { 1, 2, 2, 1 } };
 static const tq_shape AVGPS[] = { { 8, 8, 8, 64 }, { 8, 4, 4, 2048 }, { 64, 8, 8, 64 }, { 8, 15, 15, 3 }, { 1, 7, 7, 65 } };
 
-static void maxpool_case(tq_shape s, tq_dtype dt, int v) {
+static void maxpool_case(tq_shape s, tq_dtype dt, int v, int relu) {
     static const char *const par[] = { "", " NaN in x", " beta 0", " beta 1", " NaN in x" };
     tq_shape ys = { s.n, s.h / 2, s.w / 2, s.c };
     size_t nx = tq_shape_numel(s), ny = tq_shape_numel(ys);
     tcase c;
-    case_begin(&c, v <= 1 ? "maxpool_fwd" : "maxpool_bwd", dt, "x %dx%dx%dx%d%s", s.n, s.h, s.w, s.c, par[v]);
+    case_begin(&c, v <= 1 ? "maxpool_fwd" : "maxpool_bwd", dt, "x %dx%dx%dx%d%s%s", s.n, s.h, s.w, s.c, par[v],
+               relu ? " relu" : "");
     tbuf *x = tb_in(&c, "x", dt, nx, -1, 1);
     if (v == 1 || v == 4) tb_set(&c, x, nx / 2, NAN);
     if (v <= 1) {
         tbuf *y = tb_out(&c, "y", dt, ny);
-        RUN(&c, be->i->maxpool_fwd(be, s, dt, P(y), P(x)));
+        RUN(&c, be->i->maxpool_fwd(be, s, dt, P(y), P(x), relu));
         check(&c, y);
     } else {
         tbuf *dy = tb_in(&c, "dy", dt, ny, -1, 1);
         tbuf *dx = v == 3 ? tb_in(&c, "dx", dt, nx, -1, 1) : tb_out(&c, "dx", dt, nx);
-        RUN(&c, be->i->maxpool_bwd(be, s, dt, P(dx), v == 3 ? 1.0f : 0.0f, P(dy), P(x)));
+        RUN(&c, be->i->maxpool_bwd(be, s, dt, P(dx), v == 3 ? 1.0f : 0.0f, P(dy), P(x), relu));
         check(&c, dx);
     }
     case_end(&c);
@@ -761,7 +762,7 @@ static void run_all(void) {
                 if (ELN[i] > 1 || (v != 1 && v != 4)) elem_case(ELN[i], DTS[d], v);
     for (size_t i = 0; i < NELEM(MAXPS); i++)
         for (int d = 0; d < 3; d++)
-            for (int v = 0; v < 5; v++) maxpool_case(MAXPS[i], DTS[d], v);
+            for (int v = 0; v < 10; v++) maxpool_case(MAXPS[i], DTS[d], v % 5, v / 5);
     for (size_t i = 0; i < NELEM(AVGPS); i++)
         for (int d = 0; d < 3; d++)
             for (int v = 0; v < 3; v++) avgpool_case(AVGPS[i], DTS[d], v);

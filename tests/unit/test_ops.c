@@ -777,7 +777,7 @@ static void ref_maxpool(tq_shape s, const double *x, double *y) {
                     y[(((size_t)n * P + p) * Q + q) * C + c] = m;
                 }
 }
-typedef struct { tq_shape s; double *x, *y, *r; size_t ny; int avg; } pool_ctx;
+typedef struct { tq_shape s; double *x, *y, *r; size_t ny; int avg, relu; } pool_ctx;
 static double pool_loss(void *p) {
     pool_ctx *c = p;
     if (c->avg) {
@@ -790,11 +790,13 @@ static double pool_loss(void *p) {
             }
     } else {
         ref_maxpool(c->s, c->x, c->y);
+        if (c->relu)
+            for (size_t i = 0; i < c->ny; i++) c->y[i] = c->y[i] > 0 ? c->y[i] : 0;
     }
     return ddot(c->r, c->y, c->ny);
 }
 
-static void pool_run(tq_shape s, int avg, tq_dtype dt, const float *x, const float *r,
+static void pool_run(tq_shape s, int avg, int relu, tq_dtype dt, const float *x, const float *r,
                      const float *dx0, float **yo, float **dxo, float **dx1o) {
     size_t nx = tq_shape_numel(s), ny = avg ? (size_t)s.n * s.c : (size_t)s.n * (s.h / 2) * (s.w / 2) * s.c;
     void *xh = to_dt(dt, x, nx), *rh = to_dt(dt, r, ny), *y = poisoned(dt, ny);
@@ -804,24 +806,24 @@ static void pool_run(tq_shape s, int avg, tq_dtype dt, const float *x, const flo
         CHECK_OK(be->i->avgpool_bwd(be, s, dt, dx, 0.0f, rh));
         CHECK_OK(be->i->avgpool_bwd(be, s, dt, dx1, 1.0f, rh));
     } else {
-        CHECK_OK(be->i->maxpool_fwd(be, s, dt, y, xh));
-        CHECK_OK(be->i->maxpool_bwd(be, s, dt, dx, 0.0f, rh, xh));
-        CHECK_OK(be->i->maxpool_bwd(be, s, dt, dx1, 1.0f, rh, xh));
+        CHECK_OK(be->i->maxpool_fwd(be, s, dt, y, xh, relu));
+        CHECK_OK(be->i->maxpool_bwd(be, s, dt, dx, 0.0f, rh, xh, relu));
+        CHECK_OK(be->i->maxpool_bwd(be, s, dt, dx1, 1.0f, rh, xh, relu));
     }
     *yo = from_dt(dt, y, ny);
     *dxo = from_dt(dt, dx, nx);
     *dx1o = from_dt(dt, dx1, nx);
 }
 
-static void run_pool_case(tq_shape s, int avg) {
+static void run_pool_case(tq_shape s, int avg, int relu) {
     tq_shape ys = avg ? (tq_shape){ s.n, 1, 1, s.c } : (tq_shape){ s.n, s.h / 2, s.w / 2, s.c };
     size_t nx = tq_shape_numel(s), ny = tq_shape_numel(ys);
-    const char *name = avg ? "avgpool" : "maxpool";
+    const char *name = avg ? "avgpool" : relu ? "maxpool+relu" : "maxpool";
     float *x = frand(nx, 1), *r = frand(ny, 1), *dx0 = frand(nx, 1);
-    pool_ctx ctx = { s, dup_d(x, nx), dalloc(ny), dup_d(r, ny), ny, avg };
+    pool_ctx ctx = { s, dup_d(x, nx), dalloc(ny), dup_d(r, ny), ny, avg, relu };
     pool_loss(&ctx);
     float *y, *dx, *dx1;
-    pool_run(s, avg, TQ_F32, x, r, dx0, &y, &dx, &dx1);
+    pool_run(s, avg, relu, TQ_F32, x, r, dx0, &y, &dx, &dx1);
     CHECK_REL(rel_fd(y, ctx.y, ny), 1e-6, "%s fwd", name);
     char what[64];
     snprintf(what, sizeof what, "%s dx", name);
@@ -830,8 +832,8 @@ static void run_pool_case(tq_shape s, int avg) {
     fd_check(what, pool_loss, &ctx, ctx.x, nx, dx1, dx0, 1e-6);
     for (tq_dtype dt = TQ_F16; dt <= TQ_BF16; dt++) {
         float *yl, *dxl, *dx1l, *yf, *dxf, *dx1f;
-        pool_run(s, avg, dt, x, r, dx0, &yl, &dxl, &dx1l);
-        pool_run(s, avg, TQ_F32, rnd(dt, x, nx), rnd(dt, r, ny), rnd(dt, dx0, nx), &yf, &dxf, &dx1f);
+        pool_run(s, avg, relu, dt, x, r, dx0, &yl, &dxl, &dx1l);
+        pool_run(s, avg, relu, TQ_F32, rnd(dt, x, nx), rnd(dt, r, ny), rnd(dt, dx0, nx), &yf, &dxf, &dx1f);
         CHECK_REL(rel_ff(yl, yf, ny), tol_dt(dt), "%s fwd %s", name, dt_name(dt));
         CHECK_REL(rel_ff(dxl, dxf, nx), tol_dt(dt), "%s bwd %s", name, dt_name(dt));
         CHECK_REL(rel_ff(dx1l, dx1f, nx), tol_dt(dt), "%s bwd beta1 %s", name, dt_name(dt));
@@ -840,24 +842,62 @@ static void run_pool_case(tq_shape s, int avg) {
 
 static void test_maxpool(void **state) {
     (void)state;
-    run_pool_case((tq_shape){ 2, 6, 4, 3 }, 0);
-    run_pool_case((tq_shape){ 2, 5, 6, 3 }, 0);    /* odd height: last row in no window */
-    run_pool_case((tq_shape){ 1, 4, 7, 2 }, 0);    /* odd width */
-    run_pool_case((tq_shape){ 8, 32, 32, 16 }, 0); /* the parallel path */
+    for (int relu = 0; relu < 2; relu++) {
+        run_pool_case((tq_shape){ 2, 6, 4, 3 }, 0, relu);
+        run_pool_case((tq_shape){ 2, 5, 6, 3 }, 0, relu);    /* odd height: last row in no window */
+        run_pool_case((tq_shape){ 1, 4, 7, 2 }, 0, relu);    /* odd width */
+        run_pool_case((tq_shape){ 8, 32, 32, 16 }, 0, relu); /* the parallel path */
+    }
     /* ties: the first maximum in row-major window order gets the gradient */
     float x[4] = { 1, 3, 3, 3 }, y, dy = 2, dx[4];
     tq_shape s = { 1, 2, 2, 1 };
-    CHECK_OK(be->i->maxpool_fwd(be, s, TQ_F32, &y, x));
+    CHECK_OK(be->i->maxpool_fwd(be, s, TQ_F32, &y, x, 0));
     assert_true(y == 3.0f);
-    CHECK_OK(be->i->maxpool_bwd(be, s, TQ_F32, dx, 0.0f, &dy, x));
+    CHECK_OK(be->i->maxpool_bwd(be, s, TQ_F32, dx, 0.0f, &dy, x, 0));
     assert_true(dx[0] == 0 && dx[1] == 2 && dx[2] == 0 && dx[3] == 0);
-    CHECK_EINVAL(be->i->maxpool_fwd(be, (tq_shape){ 1, 1, 4, 1 }, TQ_F32, &y, x));
+    CHECK_EINVAL(be->i->maxpool_fwd(be, (tq_shape){ 1, 1, 4, 1 }, TQ_F32, &y, x, 0));
+}
+
+/* maxpool's relu is the relu_fwd → maxpool pair bit for bit, forward and backward, on the
+ * cases where they could part: windows all negative, ±0 and ties at 0, NaN among negatives,
+ * ±inf, odd edges, with beta 0 and 1, in every dtype. */
+static void test_maxpool_relu_is_the_pair(void **state) {
+    (void)state;
+    const tq_shape shapes[] = { { 3, 6, 8, 5 }, { 2, 5, 7, 3 }, { 4, 32, 32, 16 } };
+    const float special[] = { -1.0f, -0.0f, 0.0f, NAN, -NAN, INFINITY, -INFINITY, 0.5f, -3.0f };
+    for (size_t si = 0; si < sizeof shapes / sizeof *shapes; si++)
+        for (tq_dtype dt = TQ_F32; dt <= TQ_BF16; dt++) {
+            tq_shape s = shapes[si];
+            size_t nx = tq_shape_numel(s), ny = (size_t)s.n * (s.h / 2) * (s.w / 2) * s.c;
+            size_t es = tq_dtype_size(dt);
+            float *xf = frand(nx, 1);
+            for (size_t i = 0; i < nx; i++) {   /* a third special values, a third negative */
+                if (i % 3 == 0) xf[i] = special[(i / 3) % (sizeof special / sizeof *special)];
+                else if (i % 3 == 1) xf[i] = -fabsf(xf[i]);
+            }
+            float *gf = frand(ny, 1), *d0f = frand(nx, 1);
+            void *x = to_dt(dt, xf, nx), *dy = to_dt(dt, gf, ny);
+            void *r = poisoned(dt, nx), *ya = poisoned(dt, ny), *yb = poisoned(dt, ny);
+            CHECK_OK(be->i->relu_fwd(be, nx, dt, r, x));
+            CHECK_OK(be->i->maxpool_fwd(be, s, dt, ya, r, 0));
+            CHECK_OK(be->i->maxpool_fwd(be, s, dt, yb, x, 1));
+            assert_memory_equal(ya, yb, ny * es);
+            for (int acc = 0; acc < 2; acc++) {
+                void *dr = poisoned(dt, nx);
+                void *da = acc ? to_dt(dt, d0f, nx) : poisoned(dt, nx);
+                void *db = acc ? to_dt(dt, d0f, nx) : poisoned(dt, nx);
+                CHECK_OK(be->i->maxpool_bwd(be, s, dt, dr, 0.0f, dy, r, 0));
+                CHECK_OK(be->i->relu_bwd(be, nx, dt, da, (float)acc, dr, r));
+                CHECK_OK(be->i->maxpool_bwd(be, s, dt, db, (float)acc, dy, x, 1));
+                assert_memory_equal(da, db, nx * es);
+            }
+        }
 }
 
 static void test_avgpool(void **state) {
     (void)state;
-    run_pool_case((tq_shape){ 3, 4, 5, 6 }, 1);
-    run_pool_case((tq_shape){ 4, 8, 8, 300 }, 1);
+    run_pool_case((tq_shape){ 3, 4, 5, 6 }, 1, 0);
+    run_pool_case((tq_shape){ 4, 8, 8, 300 }, 1, 0);
 }
 
 /* ---- softmax cross-entropy ---- */
@@ -1257,7 +1297,7 @@ int main(void) {
         T(test_vtable_complete), T(test_alloc_accounting), T(test_conv), T(test_conv_chunked),
         T(test_linear), T(test_iface_complete), T(test_conv_bad_desc), T(test_bn), T(test_bn_large),
         T(test_bn_deterministic), T(test_bn_bad), T(test_relu), T(test_add_accumulate),
-        T(test_maxpool), T(test_avgpool), T(test_softmax_ce), T(test_cast), T(test_conversions_reference),
+        T(test_maxpool), T(test_maxpool_relu_is_the_pair), T(test_avgpool), T(test_softmax_ce), T(test_cast), T(test_conversions_reference),
         T(test_unscale_check), T(test_sgd), T(test_adamw), T(test_load_batch),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
