@@ -412,19 +412,23 @@ TQ_ALWAYS_INLINE void flip_w(tq_dtype dt, const cgeom *g, float *Wt, const void 
 }
 
 /* Transposed path, dx rows [t0, t1) (t = input pixel of the chunk at n0): gather dy, one GEMM;
- * f32 accumulates into dx through the GEMM's beta, 16-bit goes through DX and rounds once. */
-static void bwdd_tr_part(const cgeom *t, tq_dtype dt, const void *dy, const float *Wt, void *dx,
-                         float beta, float *cols, float *DX, int n0, size_t t0, size_t t1) {
+ * f32 accumulates into dx through the GEMM's beta, 16-bit goes through DX and rounds once.
+ * kc: Wt is W itself as f32, [K][C] (a 1×1 kernel: the flip is only a transpose, which the
+ * GEMM does instead). */
+static void bwdd_tr_part(const cgeom *t, tq_dtype dt, const void *dy, const float *Wt, int kc,
+                         void *dx, float beta, float *cols, float *DX, int n0, size_t t0, size_t t1) {
     const int C = t->k, RSK = (int)t->rsc;
     if (t1 <= t0) return;
     TQ_DT_CALL(dt, im2col_rows, t, dy, n0, t0, t1, cols);
     size_t o = (size_t)n0 * t->pq * C + t0 * C;
+    CBLAS_TRANSPOSE tb = kc ? CblasNoTrans : CblasTrans;
+    int ldb = kc ? C : RSK;
     if (dt == TQ_F32) {
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)(t1 - t0), C, RSK, 1.0f,
-                    cols + t0 * RSK, RSK, Wt, RSK, beta, (float *)dx + o, C);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, tb, (int)(t1 - t0), C, RSK, 1.0f,
+                    cols + t0 * RSK, RSK, Wt, ldb, beta, (float *)dx + o, C);
     } else {
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)(t1 - t0), C, RSK, 1.0f,
-                    cols + t0 * RSK, RSK, Wt, RSK, 0.0f, DX + t0 * C, C);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, tb, (int)(t1 - t0), C, RSK, 1.0f,
+                    cols + t0 * RSK, RSK, Wt, ldb, 0.0f, DX + t0 * C, C);
         TQ_DT_CALL(dt, mix_store, dx, o, DX + t0 * C, (t1 - t0) * C, beta);
     }
 }
@@ -434,7 +438,9 @@ static void bwdd_tr(tq_backend *be, const cgeom *g, const clayout *L, tq_dtype d
     cgeom t;
     tr_geom(g, &t);
     float *Wt = wsf + L->wf;
-    TQ_DT_CALL(dt, flip_w, g, Wt, w);
+    int kc = g->r == 1 && g->s == 1;
+    if (kc) to_f32(be, dt, Wt, w, 0, (size_t)g->k * g->c);
+    else TQ_DT_CALL(dt, flip_w, g, Wt, w);
     double flops = 2.0 * g->n * g->pq * g->k * g->rsc;
     if (L->img_par) {
 #pragma omp parallel num_threads(team(be, flops, L->T))
@@ -444,7 +450,7 @@ static void bwdd_tr(tq_backend *be, const cgeom *g, const clayout *L, tq_dtype d
 #pragma omp for schedule(dynamic, 1)
             for (int ch = 0; ch < nch; ch++) {
                 int n0 = ch * L->nb, nb = g->n - n0 < L->nb ? g->n - n0 : L->nb;
-                bwdd_tr_part(&t, dt, dy, Wt, dx, beta, sl + L->a, sl + L->d, n0, 0,
+                bwdd_tr_part(&t, dt, dy, Wt, kc, dx, beta, sl + L->a, sl + L->d, n0, 0,
                              (size_t)nb * t.pq);
             }
         }
@@ -457,7 +463,7 @@ static void bwdd_tr(tq_backend *be, const cgeom *g, const clayout *L, tq_dtype d
         {
             size_t t0, t1;
             share((size_t)nb * t.pq, 4, &t0, &t1);
-            bwdd_tr_part(&t, dt, dy, Wt, dx, beta, sl + L->a, sl + L->d, n0, t0, t1);
+            bwdd_tr_part(&t, dt, dy, Wt, kc, dx, beta, sl + L->a, sl + L->d, n0, t0, t1);
         }
     }
 }
