@@ -105,9 +105,16 @@ typedef struct tq_backend_i {
     int (*bn_norm)(tq_backend *, tq_shape, tq_dtype dt, void *y, const void *x, const void *res,
                    const float *gamma, const float *beta, const float *mean, const float *invstd,
                    int relu);
+    /* The backward, with the forward epilogue's backward fused in front: with relu_y, dy is
+     * the gradient of that ReLU's output relu_y and counts as 0 where relu_y <= 0 (relu_bwd's
+     * rule: a NaN passes); with dres (needs relu_y and dx), the add's other input gets that
+     * gradient too, dres = g + beta_dres·dres. Bit for bit relu_bwd → the add's two
+     * accumulates → bn_bwd, with neither intermediate gradient stored. dx may be NULL (only
+     * dγ, dβ). */
     int (*bn_bwd)(tq_backend *, tq_shape, tq_dtype dt, void *dx, float beta_dx, float *dgamma,
                   float *dbeta, const void *dy, const void *x, const float *gamma,
-                  const float *save_mean, const float *save_invstd);
+                  const float *save_mean, const float *save_invstd, const void *relu_y,
+                  void *dres, float beta_dres);
 
     /* element-wise */
     int (*relu_fwd)(tq_backend *, size_t n, tq_dtype dt, void *y, const void *x);

@@ -197,7 +197,9 @@ static int backward_node(tq_engine *e, const tq_node *nd) {
     const tq_graph *g = e->g;
     tq_dtype dt = e->dt;
     int n = g->batch;
-    const void *dy = tq_tdata(e, g->tensors[nd->out].grad);
+    if (nd->bwd_by >= 0) return TQ_OK;   /* a ReLU or add whose backward a BN's does */
+    int gy = g->tensors[nd->bwd_relu >= 0 ? g->nodes[nd->bwd_relu].out : nd->out].grad;
+    const void *dy = tq_tdata(e, gy);
     const void *x = tq_tdata(e, nd->in[0]);
     void *dx = nd->need_din[0] ? tq_tdata(e, g->tensors[nd->in[0]].grad) : NULL;
     tq_shape xs = g->tensors[nd->in[0]].shape;
@@ -225,7 +227,10 @@ static int backward_node(tq_engine *e, const tq_node *nd) {
     case TQ_OP_BN:
         TQ_ASSERT(dx);
         return I->bn_bwd(be, xs, dt, dx, nd->din_beta[0], e->grads + nd->g_off, e->grads + nd->bt_off,
-                         dy, x, e->params + nd->g_off, tq_tdata(e, nd->stat[0]), tq_tdata(e, nd->stat[1]));
+                         dy, x, e->params + nd->g_off, tq_tdata(e, nd->stat[0]), tq_tdata(e, nd->stat[1]),
+                         nd->bwd_relu >= 0 ? tq_tdata(e, g->nodes[nd->bwd_relu].bwd_y) : NULL,
+                         nd->bwd_res >= 0 ? tq_tdata(e, g->tensors[nd->bwd_res].grad) : NULL,
+                         nd->dres_beta);
     case TQ_OP_RELU:
         TQ_ASSERT(dx);
         return I->relu_bwd(be, tq_shape_numel(xs), dt, dx, nd->din_beta[0], dy, tq_tdata(e, nd->bwd_y));

@@ -42,6 +42,7 @@ static tq_node *new_node(tq_graph *g, tq_op op) {
     n->w_off = n->b_off = n->g_off = n->bt_off = n->rm_off = n->rv_off = TQ_NONE;
     n->bn_index = -1;
     n->bwd_x = n->bwd_y = n->remat = n->fuse_out = n->fuse_res = -1;
+    n->bwd_by = n->bwd_relu = n->bwd_res = -1;
     return n;
 }
 
@@ -271,16 +272,27 @@ static void plan_fusion(tq_graph *g, const gindex *ix) {
         if (made_by(g, ix, a, TQ_OP_BN)) {
             tq_node *b = &g->nodes[producer[a]];
             b->fuse_out = rn->out;
+            b->bwd_relu = r;
             rn->fused = 1;
+            rn->bwd_by = producer[a];
         } else if (made_by(g, ix, a, TQ_OP_ADD)) {
-            tq_node *ad = &g->nodes[producer[a]];
+            int ai = producer[a];
+            tq_node *ad = &g->nodes[ai];
             for (int j = 0; j < 2; j++) {
                 int p = ad->in[j], q = ad->in[1 - j];
                 if (!made_by(g, ix, p, TQ_OP_BN) || uses[p] != 1 || producer[q] >= producer[p]) continue;
-                tq_node *b = &g->nodes[producer[p]];
+                int bi = producer[p], between = 0;   /* a reader of q between the BN and the add */
+                for (int k = bi + 1; k < ai && !between; k++)
+                    for (int jj = 0; jj < g->nodes[k].nin; jj++) between |= g->nodes[k].in[jj] == q;
+                tq_node *b = &g->nodes[bi];
                 b->fuse_out = rn->out;
                 b->fuse_res = q;
                 ad->fused = rn->fused = 1;
+                if (!between) {
+                    b->bwd_relu = r;
+                    b->bwd_res = q;
+                    ad->bwd_by = rn->bwd_by = bi;
+                }
                 break;
             }
         }
@@ -351,8 +363,8 @@ static void lifetimes(tq_graph *g) {
         case TQ_OP_LINEAR: case TQ_OP_BN: case TQ_OP_MAXPOOL:
             extend(&g->tensors[n->in[0]], bt);
             break;
-        case TQ_OP_RELU:
-            extend(&g->tensors[n->bwd_y], bt);
+        case TQ_OP_RELU:   /* read by its own backward, or by the BN's that does it */
+            extend(&g->tensors[n->bwd_y], n->bwd_by >= 0 ? tq_bwd_time(g, n->bwd_by) : bt);
             break;
         default: break;
         }
@@ -362,8 +374,14 @@ static void lifetimes(tq_graph *g) {
     /* gradients: written first by the last consumer (in forward order), read by the producer */
     for (int i = g->nnodes - 1; i >= 1; i--) {
         tq_node *n = &g->nodes[i];
+        tq_node *by = n->bwd_by >= 0 ? &g->nodes[n->bwd_by] : NULL;
         for (int j = 0; j < n->nin; j++) {
             int x = n->in[j];
+            if (by) {   /* a ReLU's or an add's backward done by a BN's: only the add's other input */
+                n->need_din[j] = 0;
+                if (x != by->bwd_res) continue;
+                if (x == g->input) { by->bwd_res = -1; continue; }
+            }
             if (x == g->labels || x == g->input) { n->need_din[j] = 0; continue; }
             n->need_din[j] = 1;
             tq_tensor *t = &g->tensors[x];
@@ -377,12 +395,17 @@ static void lifetimes(tq_graph *g) {
             } else {
                 n->din_beta[j] = 1.0f;
             }
-            extend(&g->tensors[t->grad], tq_bwd_time(g, i));
+            if (by) {
+                by->dres_beta = n->din_beta[j];
+                n->need_din[j] = 0;
+            }
+            extend(&g->tensors[t->grad], tq_bwd_time(g, by ? n->bwd_by : i));
         }
     }
     for (int i = 1; i < g->nnodes - 1; i++) {
         tq_node *n = &g->nodes[i];
-        int gr = g->tensors[n->out].grad;
+        if (n->op == TQ_OP_ADD && n->bwd_by >= 0) continue;   /* its output has no gradient */
+        int gr = g->tensors[n->bwd_relu >= 0 ? g->nodes[n->bwd_relu].out : n->out].grad;
         TQ_ASSERT(gr >= 0);                       /* every output is used */
         extend(&g->tensors[gr], tq_bwd_time(g, i));
     }

@@ -22,7 +22,11 @@
  * - Fusion (unless no_fuse): a BN whose output only feeds a ReLU, or only an add (with a
  *   tensor computed before the BN) that only feeds a ReLU, writes the ReLU's output itself in
  *   one pass (bn_fwd_train/infer's epilogue); the ReLU and the add do nothing in the forward,
- *   and the tensors between them are never allocated. Their backwards are unchanged.
+ *   and the tensors between them are never allocated. In the backward the BN does theirs
+ *   too (bn_bwd's relu_y and dres): it reads the ReLU output's gradient, and writes the add's
+ *   other input's gradient; the gradients of the BN's and the add's outputs are never
+ *   allocated. (Not when a node between the BN and the add reads that other input: its
+ *   gradient's writers would change order.)
  *   A max-pool that is a ReLU's only reader takes the ReLU in, forward and backward
  *   (maxpool_fwd/bwd's relu): the ReLU node leaves the graph at planning, and neither its
  *   output nor that output's gradient is ever allocated. Both fusions are bit for bit the
@@ -86,6 +90,9 @@ typedef struct {
     int remat;                /* index in tq_graph.remats to run before this backward, -1 none */
     int fuse_out, fuse_res;   /* bn: the ReLU output it writes (-1: its own out), the add's other input */
     int fused;                /* relu/add: its forward is done by a BN's epilogue */
+    int bwd_by;               /* relu/add: its backward is done by this BN's (bn_bwd's relu_y/dres), -1 */
+    int bwd_relu, bwd_res;    /* bn: the ReLU node whose backward it does first, -1; the add's other input */
+    float dres_beta;          /* bn: beta of that add input's gradient */
     int pool_relu;            /* maxpool: y = relu(maxpool(x)), a ReLU folded in (graph.h) */
 } tq_node;
 

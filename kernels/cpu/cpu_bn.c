@@ -21,7 +21,7 @@
 /* Sums over rows [r0, r1) of jw channels, jw <= RED_CB: f32 partial sums over RED_RB-row blocks
  * (vectorised over the channels), added into double per block. */
 TQ_ALWAYS_INLINE void red_block(tq_dtype dt, tq_red_mode mode, size_t r0, size_t r1, size_t ld,
-                                size_t col, int jw, const void *a, const void *b,
+                                size_t col, int jw, const void *a, const void *b, const void *mk,
                                 const float *of, float *f0, float *f1) {
     for (size_t r = r0; r < r1; r++) {
         size_t base = r * ld + col;
@@ -33,9 +33,16 @@ TQ_ALWAYS_INLINE void red_block(tq_dtype dt, tq_red_mode mode, size_t r0, size_t
                 f0[j] += d;
                 f1[j] += d * d;
             });
-        } else {
+        } else if (mode == TQ_RED_DOT) {
             TQ_SIMD(dt, for (int j = 0; j < jw; j++) {
                 float va = tq_ld(a, dt, base + j);
+                f0[j] += va;
+                f1[j] += va * (tq_ld(b, dt, base + j) - of[j]);
+            });
+        } else {
+            TQ_SIMD(dt, for (int j = 0; j < jw; j++) {
+                float va = tq_ld(a, dt, base + j), mv = tq_ld(mk, dt, base + j);   /* both loads */
+                va = mv <= 0.0f ? 0.0f : va;                                     /* unconditional */
                 f0[j] += va;
                 f1[j] += va * (tq_ld(b, dt, base + j) - of[j]);
             });
@@ -44,7 +51,7 @@ TQ_ALWAYS_INLINE void red_block(tq_dtype dt, tq_red_mode mode, size_t r0, size_t
 }
 
 TQ_ALWAYS_INLINE void red_task(tq_dtype dt, tq_red_mode mode, size_t r0, size_t r1, size_t ld,
-                               size_t col, int jw, const void *a, const void *b,
+                               size_t col, int jw, const void *a, const void *b, const void *mk,
                                const float *off, double *o0, double *o1) {
     double acc0[RED_CB], acc1[RED_CB];
     float of[RED_CB];
@@ -65,8 +72,8 @@ TQ_ALWAYS_INLINE void red_task(tq_dtype dt, tq_red_mode mode, size_t r0, size_t 
         size_t re = r1 - rb < RED_RB ? r1 : rb + RED_RB;
         float f0[RED_CB], f1[RED_CB];
         for (int j = 0; j < RED_CB; j++) { f0[j] = 0; f1[j] = 0; }
-        if (jw == RED_CB) red_block(dt, mode, rb, re, ld, col, RED_CB, a, b, of, f0, f1);
-        else red_block(dt, mode, rb, re, ld, col, jw, a, b, of, f0, f1);
+        if (jw == RED_CB) red_block(dt, mode, rb, re, ld, col, RED_CB, a, b, mk, of, f0, f1);
+        else red_block(dt, mode, rb, re, ld, col, jw, a, b, mk, of, f0, f1);
         for (int j = 0; j < RED_CB; j++) { acc0[j] += f0[j]; acc1[j] += f1[j]; }
     }
     for (int j = 0; j < jw; j++) {
@@ -79,12 +86,13 @@ TQ_ALWAYS_INLINE void red_task(tq_dtype dt, tq_red_mode mode, size_t r0, size_t 
     do {                                                                              \
         if ((mode) == TQ_RED_SUM) red_task(DT, TQ_RED_SUM, __VA_ARGS__);              \
         else if ((mode) == TQ_RED_SHSQ) red_task(DT, TQ_RED_SHSQ, __VA_ARGS__);       \
-        else red_task(DT, TQ_RED_DOT, __VA_ARGS__);                                   \
+        else if ((mode) == TQ_RED_DOT) red_task(DT, TQ_RED_DOT, __VA_ARGS__);         \
+        else red_task(DT, TQ_RED_DOTM, __VA_ARGS__);                                  \
     } while (0)
 
 void tq_cpu_chan_sums(tq_backend *be, tq_red_mode mode, size_t m, size_t ld, size_t c0, int cw,
-                      tq_dtype dt, const void *a, const void *b, const float *off, double *s0,
-                      double *s1) {
+                      tq_dtype dt, const void *a, const void *b, const void *mk, const float *off,
+                      double *s0, double *s1) {
     int nblk = (cw + RED_CB - 1) / RED_CB;
     size_t nseg = m / RED_SEG_ROWS;
     if (nseg > RED_MAXSEG) nseg = RED_MAXSEG;
@@ -104,9 +112,9 @@ void tq_cpu_chan_sums(tq_backend *be, tq_red_mode mode, size_t m, size_t ld, siz
         double *o1 = mode == TQ_RED_SUM ? NULL : nseg == 1 ? s1 + j0 : part1 + seg * cw + j0;
         const float *of = off ? off + j0 : NULL;
         size_t col = c0 + (size_t)j0;
-        if (dt == TQ_F32) RED_MODE_CALL(TQ_F32, mode, r0, r1, ld, col, jw, a, b, of, o0, o1);
-        else if (dt == TQ_F16) RED_MODE_CALL(TQ_F16, mode, r0, r1, ld, col, jw, a, b, of, o0, o1);
-        else RED_MODE_CALL(TQ_BF16, mode, r0, r1, ld, col, jw, a, b, of, o0, o1);
+        if (dt == TQ_F32) RED_MODE_CALL(TQ_F32, mode, r0, r1, ld, col, jw, a, b, mk, of, o0, o1);
+        else if (dt == TQ_F16) RED_MODE_CALL(TQ_F16, mode, r0, r1, ld, col, jw, a, b, mk, of, o0, o1);
+        else RED_MODE_CALL(TQ_BF16, mode, r0, r1, ld, col, jw, a, b, mk, of, o0, o1);
     }
     if (nseg > 1) {
         for (int j = 0; j < cw; j++) {
@@ -197,7 +205,7 @@ int tq_cpu_bn_fwd_train(tq_backend *be, tq_shape s, tq_dtype dt, void *y, const 
         float off[TQ_CGROUP], is[TQ_CGROUP], g[TQ_CGROUP], b[TQ_CGROUP];
         double s0[TQ_CGROUP], s1[TQ_CGROUP];
         for (int j = 0; j < cw; j++) off[j] = tq_ld(x, dt, c0 + j);   /* shift: row 0 */
-        tq_cpu_chan_sums(be, TQ_RED_SHSQ, m, C, c0, cw, dt, x, NULL, off, s0, s1);
+        tq_cpu_chan_sums(be, TQ_RED_SHSQ, m, C, c0, cw, dt, x, NULL, NULL, off, s0, s1);
         for (int j = 0; j < cw; j++) {
             double d = s0[j] / dm;
             double mean = (double)off[j] + d;
@@ -274,13 +282,63 @@ TQ_ALWAYS_INLINE void bn_dx_rows(tq_dtype dt, size_t r0, size_t r1, size_t ld, s
     }
 }
 
+/* The same behind a ReLU (relu_y: its output), with the add's other gradient (dres) written
+ * from the masked dy too: dx = bn_dx(relu_bwd(dy)) (+ beta_dx·dx when acc), and with res 1,
+ * dres = relu_bwd(dy), with res 2, + beta_res·dres. acc and res are literals (one loop each,
+ * every load unconditional: a conditional load keeps GCC from vectorising). */
+TQ_ALWAYS_INLINE void bn_dx_relu_rows(tq_dtype dt, int acc, int res, size_t r0, size_t r1,
+                                      size_t ld, size_t c0, int cw, void *dx, float beta_dx,
+                                      const void *dy, const void *x, const void *ry, void *dres,
+                                      float beta_res, const float *mu, const float *is,
+                                      const float *g, const float *sdb, const float *sdg,
+                                      float inv_m) {
+    for (size_t r = r0; r < r1; r++) {
+        size_t base = r * ld + c0;
+        TQ_SIMD(dt, for (int j = 0; j < cw; j++) {
+            float gv = tq_ld(dy, dt, base + j), yv = tq_ld(ry, dt, base + j);
+            gv = yv <= 0.0f ? 0.0f : gv;
+            float xh = (tq_ld(x, dt, base + j) - mu[j]) * is[j];
+            float v = tq_bn_dx(gv, xh, g[j], is[j], sdb[j], sdg[j], inv_m);
+            if (acc) v = v + beta_dx * tq_ld(dx, dt, base + j);
+            tq_st(dx, dt, base + j, v);
+            if (res == 1) tq_st(dres, dt, base + j, gv);
+            if (res == 2) tq_st(dres, dt, base + j, gv + beta_res * tq_ld(dres, dt, base + j));
+        });
+    }
+}
+/* bn_dx_relu_rows with (acc, res) as literals */
+TQ_ALWAYS_INLINE void bn_dx_relu_dispatch(tq_dtype dt, size_t r0, size_t r1, size_t ld,
+                                          size_t c0, int cw, void *dx, float beta_dx,
+                                          const void *dy, const void *x, const void *ry,
+                                          void *dres, float beta_res, const float *mu,
+                                          const float *is, const float *g, const float *sdb,
+                                          const float *sdg, float inv_m) {
+    int acc = beta_dx != 0.0f, res = !dres ? 0 : beta_res != 0.0f ? 2 : 1;
+#define BN_DX_RELU_ARGS r0, r1, ld, c0, cw, dx, beta_dx, dy, x, ry, dres, beta_res, mu, is, g, sdb, sdg, inv_m
+    if (acc) {
+        if (res == 0) bn_dx_relu_rows(dt, 1, 0, BN_DX_RELU_ARGS);
+        else if (res == 1) bn_dx_relu_rows(dt, 1, 1, BN_DX_RELU_ARGS);
+        else bn_dx_relu_rows(dt, 1, 2, BN_DX_RELU_ARGS);
+    } else {
+        if (res == 0) bn_dx_relu_rows(dt, 0, 0, BN_DX_RELU_ARGS);
+        else if (res == 1) bn_dx_relu_rows(dt, 0, 1, BN_DX_RELU_ARGS);
+        else bn_dx_relu_rows(dt, 0, 2, BN_DX_RELU_ARGS);
+    }
+#undef BN_DX_RELU_ARGS
+}
+
 int tq_cpu_bn_bwd(tq_backend *be, tq_shape s, tq_dtype dt, void *dx, float beta_dx,
                   float *dgamma, float *dbeta, const void *dy, const void *x, const float *gamma,
-                  const float *save_mean, const float *save_invstd) {
+                  const float *save_mean, const float *save_invstd, const void *relu_y,
+                  void *dres, float beta_dres) {
     int rc = tq_cpu_check_shape(be, "bn_bwd", s, dt);
     if (rc) return rc;
     if (!save_mean || !save_invstd) {
         tq_backend_seterr(be, "bn_bwd: saved statistics missing");
+        return TQ_EINVAL;
+    }
+    if (dres && (!relu_y || !dx)) {
+        tq_backend_seterr(be, "bn_bwd: dres needs relu_y and dx (the fused add is behind a ReLU)");
         return TQ_EINVAL;
     }
     size_t m = (size_t)s.n * s.h * s.w, C = (size_t)s.c;
@@ -291,13 +349,23 @@ int tq_cpu_bn_bwd(tq_backend *be, tq_shape s, tq_dtype dt, void *dx, float beta_
         float g[TQ_CGROUP], sdb[TQ_CGROUP], sdg[TQ_CGROUP], unused[TQ_CGROUP];
         double s0[TQ_CGROUP], s1[TQ_CGROUP];
         const float *mu = save_mean + c0, *is = save_invstd + c0;
-        tq_cpu_chan_sums(be, TQ_RED_DOT, m, C, c0, cw, dt, dy, x, mu, s0, s1);
+        tq_cpu_chan_sums(be, relu_y ? TQ_RED_DOTM : TQ_RED_DOT, m, C, c0, cw, dt, dy, x, relu_y, mu,
+                         s0, s1);
         for (int j = 0; j < cw; j++) {
             sdb[j] = (float)s0[j];
             sdg[j] = (float)(s1[j] * (double)is[j]);
         }
         load_affine(gamma, NULL, c0, cw, g, unused);
-        if (dx) {
+        if (dx && relu_y) {
+            size_t nrb = (m + ROW_BLK - 1) / ROW_BLK;
+            int par = (double)m * cw > TQ_PAR_MIN;
+#pragma omp parallel for num_threads(nt) schedule(static) if (par)
+            for (size_t rb = 0; rb < nrb; rb++) {
+                size_t r0 = rb * ROW_BLK, r1 = r0 + ROW_BLK < m ? r0 + ROW_BLK : m;
+                TQ_DT_CALL(dt, bn_dx_relu_dispatch, r0, r1, C, c0, cw, dx, beta_dx, dy, x, relu_y,
+                           dres, beta_dres, mu, is, g, sdb, sdg, inv_m);
+            }
+        } else if (dx) {
             size_t nrb = (m + ROW_BLK - 1) / ROW_BLK;
             int par = (double)m * cw > TQ_PAR_MIN;
 #pragma omp parallel for num_threads(nt) schedule(static) if (par)

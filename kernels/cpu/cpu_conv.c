@@ -566,7 +566,7 @@ static int conv_bwd_filter_impl(tq_backend *be, const char *nm, const tq_conv_de
         for (int c0 = 0; c0 < K; c0 += TQ_CGROUP) {
             int cw = K - c0 < TQ_CGROUP ? K - c0 : TQ_CGROUP;
             double s0[TQ_CGROUP];
-            tq_cpu_chan_sums(be, TQ_RED_SUM, m, (size_t)K, (size_t)c0, cw, dt, dy, NULL, NULL, s0,
+            tq_cpu_chan_sums(be, TQ_RED_SUM, m, (size_t)K, (size_t)c0, cw, dt, dy, NULL, NULL, NULL, s0,
                              NULL);
             for (int j = 0; j < cw; j++) db[c0 + j] += (float)s0[j];
         }

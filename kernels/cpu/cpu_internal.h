@@ -49,12 +49,13 @@ static inline int tq_cpu_dt_ok(tq_dtype dt) { return dt == TQ_F32 || dt == TQ_F1
  *   TQ_RED_SUM:   s0 = Σ a
  *   TQ_RED_SHSQ:  s0 = Σ (a − off),  s1 = Σ (a − off)²     (shifted sums for mean/variance)
  *   TQ_RED_DOT:   s0 = Σ a,          s1 = Σ a·(b − off)    (batch-norm backward)
- * off is indexed 0..cw-1. The summation order depends only on (m, cw), never on the thread
+ *   TQ_RED_DOTM:  TQ_RED_DOT with a taken as 0 where mk <= 0  (… behind a ReLU: relu_bwd's mask)
+ * off is indexed 0..cw-1; mk is read by TQ_RED_DOTM only. The summation order depends only on (m, cw), never on the thread
  * count, so results are reproducible. */
-typedef enum { TQ_RED_SUM, TQ_RED_SHSQ, TQ_RED_DOT } tq_red_mode;
+typedef enum { TQ_RED_SUM, TQ_RED_SHSQ, TQ_RED_DOT, TQ_RED_DOTM } tq_red_mode;
 void tq_cpu_chan_sums(tq_backend *be, tq_red_mode mode, size_t m, size_t ld, size_t c0, int cw,
-                      tq_dtype dt, const void *a, const void *b, const float *off, double *s0,
-                      double *s1);
+                      tq_dtype dt, const void *a, const void *b, const void *mk, const float *off,
+                      double *s0, double *s1);
 
 /* memory / lifecycle: cpu_backend.c. be->ctx is a tq_cpu_ctx. */
 typedef struct tq_dnnl tq_dnnl;
@@ -108,7 +109,8 @@ int tq_cpu_bn_fwd_infer(tq_backend *, tq_shape, tq_dtype dt, void *y, const void
                         const float *run_var, float eps, const void *res, int relu);
 int tq_cpu_bn_bwd(tq_backend *, tq_shape, tq_dtype dt, void *dx, float beta_dx, float *dgamma,
                   float *dbeta, const void *dy, const void *x, const float *gamma,
-                  const float *save_mean, const float *save_invstd);
+                  const float *save_mean, const float *save_invstd, const void *relu_y,
+                  void *dres, float beta_dres);
 
 /* element-wise, casts, flat-buffer passes: cpu_elem.c */
 int tq_cpu_relu_fwd(tq_backend *, size_t n, tq_dtype dt, void *y, const void *x);

@@ -59,12 +59,13 @@ static int red_plan_of(tq_backend *be, const char *op, size_t m, int C, red_plan
 }
 
 /* Pass 1. MODE SUM: p0 = Σa. SHSQ: d = a − a[row 0], p0 = Σd, p1 = Σd². DOT: p0 = Σa,
- * p1 = Σa·(b − off[c]). Block (x, y) covers channels [x·tc, x·tc+tc) and rows
+ * p1 = Σa·(b − off[c]), with a taken as 0 where mk <= 0 when mk is given (the gradient behind
+ * a ReLU, relu_bwd's mask). Block (x, y) covers channels [x·tc, x·tc+tc) and rows
  * [m·y/G, m·(y+1)/G). */
 template <int DT, int MODE>
 __global__ void __launch_bounds__(TQC_RED_THREADS)
-k_chan_red(size_t m, int C, int tc, const void *a, const void *b, const float *off, double *p0,
-           double *p1) {
+k_chan_red(size_t m, int C, int tc, const void *a, const void *b, const void *mk,
+           const float *off, double *p0, double *p1) {
     __shared__ double s0[TQC_RED_THREADS], s1[TQC_RED_THREADS];
     const int tid = threadIdx.x, lane = tid & (tc - 1), rl = tid / tc, RL = TQC_RED_THREADS / tc;
     const int c = blockIdx.x * tc + lane;
@@ -87,6 +88,7 @@ k_chan_red(size_t m, int C, int tc, const void *a, const void *b, const float *o
                 f0 += d;
                 f1 += d * d;
             } else {
+                if (mk && ldx<DT>(mk, i) <= 0.0f) va = 0.0f;
                 f0 += va;
                 f1 += va * (ldx<DT>(b, i) - of);
             }
@@ -115,10 +117,10 @@ k_chan_red(size_t m, int C, int tc, const void *a, const void *b, const float *o
 
 template <int MODE>
 static int launch_red(tq_backend *be, tq_dtype dt, size_t m, int C, const void *a, const void *b,
-                      const float *off, const red_plan *p) {
+                      const void *mk, const float *off, const red_plan *p) {
     dim3 grid(p->t.gx, p->gy);
     TQC_DT_SWITCH(dt, DT, (k_chan_red<DT, MODE><<<grid, TQC_RED_THREADS, 0, tqc(be)->stream>>>(
-                              m, C, p->t.tc, a, b, off, p->p0, p->p1)));
+                              m, C, p->t.tc, a, b, mk, off, p->p0, p->p1)));
     TQC_LAUNCH_CHECK(be);
     return TQ_OK;
 }
@@ -195,7 +197,7 @@ extern "C" int tqc_bn_fwd_train(tq_backend *be, tq_shape s, tq_dtype dt, void *y
     TQC_NEED(be, op, y);
     red_plan p;
     if ((rc = red_plan_of(be, op, m, s.c, &p))) return rc;
-    if ((rc = launch_red<RED_SHSQ>(be, dt, m, s.c, x, NULL, NULL, &p))) return rc;
+    if ((rc = launch_red<RED_SHSQ>(be, dt, m, s.c, x, NULL, NULL, NULL, &p))) return rc;
     unsigned fb = (unsigned)((s.c + 127) / 128);
     TQC_DT_SWITCH(dt, DT, (k_bn_stats_fin<DT><<<fb, 128, 0, tqc(be)->stream>>>(
                               s.c, p.gy, m, x, p.p0, p.p1, save_mean, save_invstd, run_mean,
@@ -262,11 +264,13 @@ __global__ void k_bn_bwd_fin(int C, unsigned G, const double *p0, const double *
     if (dbeta) dbeta[c] += sdb;
 }
 
+/* dx = bn_dx(g) + beta_dx·dx with g = dy, or relu_bwd(dy, ry) behind a ReLU; with dres, also
+ * dres = g + beta_res·dres (the add's other input). */
 template <int DT, int ACC>
 __global__ void __launch_bounds__(TQC_RED_THREADS)
 k_bn_dx(size_t m, int C, int tc, void *dx, float beta_dx, const void *dy, const void *x,
         const float *mu, const float *is, const float *gamma, const float *sdb, const float *sdg,
-        float inv_m) {
+        float inv_m, const void *ry, void *dres, float beta_res) {
     const int tid = threadIdx.x, lane = tid & (tc - 1), rl = tid / tc, RL = TQC_RED_THREADS / tc;
     const int c = blockIdx.x * tc + lane;
     if (c >= C) return;
@@ -275,15 +279,19 @@ k_bn_dx(size_t m, int C, int tc, void *dx, float beta_dx, const void *dy, const 
     for (size_t r = (size_t)blockIdx.y * RL + rl; r < m; r += step) {
         size_t i = r * C + c;
         float xh = (ldx<DT>(x, i) - mc) * ic;
-        float v = tq_bn_dx(ldx<DT>(dy, i), xh, gc, ic, db, dg, inv_m);
+        float gv = ldx<DT>(dy, i);
+        if (ry && ldx<DT>(ry, i) <= 0.0f) gv = 0.0f;
+        float v = tq_bn_dx(gv, xh, gc, ic, db, dg, inv_m);
         if (ACC) v = v + beta_dx * ldx<DT>(dx, i);
         stx<DT>(dx, i, v);
+        if (dres) stx<DT>(dres, i, beta_res != 0.0f ? gv + beta_res * ldx<DT>(dres, i) : gv);
     }
 }
 
 extern "C" int tqc_bn_bwd(tq_backend *be, tq_shape s, tq_dtype dt, void *dx, float beta_dx,
                           float *dgamma, float *dbeta, const void *dy, const void *x,
-                          const float *gamma, const float *save_mean, const float *save_invstd) {
+                          const float *gamma, const float *save_mean, const float *save_invstd,
+                          const void *relu_y, void *dres, float beta_dres) {
     const char *op = "bn_bwd";
     int rc = tqc_check_shape(be, op, s, dt);
     if (rc) return rc;
@@ -293,12 +301,16 @@ extern "C" int tqc_bn_bwd(tq_backend *be, tq_shape s, tq_dtype dt, void *dx, flo
     }
     TQC_NEED(be, op, dy);
     TQC_NEED(be, op, x);
+    if (dres && (!relu_y || !dx)) {
+        tq_backend_seterr(be, "%s: dres needs relu_y and dx (the fused add is behind a ReLU)", op);
+        return TQ_EINVAL;
+    }
     size_t m = (size_t)s.n * s.h * s.w;
     int C = s.c;
     red_plan p;
     if ((rc = red_plan_of(be, op, m, C, &p))) return rc;
     float *sdb = p.aux, *sdg = p.aux + p.cpad;
-    if ((rc = launch_red<RED_DOT>(be, dt, m, C, dy, x, save_mean, &p))) return rc;
+    if ((rc = launch_red<RED_DOT>(be, dt, m, C, dy, x, relu_y, save_mean, &p))) return rc;
     k_bn_bwd_fin<<<(unsigned)((C + 127) / 128), 128, 0, tqc(be)->stream>>>(
         C, p.gy, p.p0, p.p1, save_invstd, sdb, sdg, dgamma, dbeta);
     TQC_LAUNCH_CHECK(be);
@@ -310,11 +322,11 @@ extern "C" int tqc_bn_bwd(tq_backend *be, tq_shape s, tq_dtype dt, void *dx, flo
     if (beta_dx == 0.0f)
         TQC_DT_SWITCH(dt, DT, (k_bn_dx<DT, 0><<<grid, TQC_RED_THREADS, 0, st>>>(
                                   m, C, t.tc, dx, 0.0f, dy, x, save_mean, save_invstd, gamma,
-                                  sdb, sdg, inv_m)));
+                                  sdb, sdg, inv_m, relu_y, dres, beta_dres)));
     else
         TQC_DT_SWITCH(dt, DT, (k_bn_dx<DT, 1><<<grid, TQC_RED_THREADS, 0, st>>>(
                                   m, C, t.tc, dx, beta_dx, dy, x, save_mean, save_invstd, gamma,
-                                  sdb, sdg, inv_m)));
+                                  sdb, sdg, inv_m, relu_y, dres, beta_dres)));
     TQC_LAUNCH_CHECK(be);
     return TQ_OK;
 }
@@ -343,7 +355,7 @@ extern "C" int tqc_bias_grad(tq_backend *be, size_t rows, int k, tq_dtype dt, fl
     TQC_NEED(be, op, dy);
     red_plan p;
     if ((rc = red_plan_of(be, op, rows, k, &p))) return rc;
-    if ((rc = launch_red<RED_SUM>(be, dt, rows, k, dy, NULL, NULL, &p))) return rc;
+    if ((rc = launch_red<RED_SUM>(be, dt, rows, k, dy, NULL, NULL, NULL, &p))) return rc;
     k_bias_fin<<<(unsigned)((k + 127) / 128), 128, 0, tqc(be)->stream>>>(k, p.gy, p.p0, db);
     TQC_LAUNCH_CHECK(be);
     return TQ_OK;

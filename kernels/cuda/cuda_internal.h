@@ -105,7 +105,8 @@ int tqc_bn_fwd_infer(tq_backend *, tq_shape, tq_dtype dt, void *y, const void *x
                      const float *run_var, float eps, const void *res, int relu);
 int tqc_bn_bwd(tq_backend *, tq_shape, tq_dtype dt, void *dx, float beta_dx, float *dgamma,
                float *dbeta, const void *dy, const void *x, const float *gamma,
-               const float *save_mean, const float *save_invstd);
+               const float *save_mean, const float *save_invstd, const void *relu_y,
+               void *dres, float beta_dres);
 int tqc_relu_fwd(tq_backend *, size_t n, tq_dtype dt, void *y, const void *x);
 int tqc_relu_bwd(tq_backend *, size_t n, tq_dtype dt, void *dx, float beta, const void *dy,
                  const void *y);

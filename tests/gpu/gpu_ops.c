@@ -435,9 +435,11 @@ static const tq_shape BNS[] = {
 
 static void bn_case(tq_shape s, tq_dtype dt, int v) {
     static const char *const op[] = { "bn_fwd_train", "bn_fwd_infer", "bn_bwd", "bn_bwd",
-                                      "bn_norm", "bn_norm", "bn_norm", "bn_fwd_train", "bn_fwd_infer" };
+                                      "bn_norm", "bn_norm", "bn_norm", "bn_fwd_train", "bn_fwd_infer",
+                                      "bn_bwd", "bn_bwd", "bn_bwd" };
     static const char *const par[] = { "", "", " beta_dx 0", " beta_dx 1", " relu", " +res relu", "",
-                                       " +res relu", " relu" };
+                                       " +res relu", " relu", " behind relu (NaN in relu_y)",
+                                       " behind relu, dres beta 0", " behind relu, dres beta 1, beta_dx 1" };
     const size_t n = tq_shape_numel(s), C = (size_t)s.c, m = n / C;
     const float momentum = 0.1f, eps = 1e-5f;
     tcase c;
@@ -499,13 +501,22 @@ static void bn_case(tq_shape s, tq_dtype dt, int v) {
             if (t > dxscale) dxscale = t;
         }
         free(dyh); free(invstd);
-        tbuf *dx = v == 2 ? tb_out(&c, "dx", dt, n) : tb_in(&c, "dx", dt, n, -1, 1);
+        int acc = v == 3 || v == 11;
+        tbuf *dx = acc ? tb_in(&c, "dx", dt, n, -1, 1) : tb_out(&c, "dx", dt, n);
         tbuf *dg = tb_in(&c, "dgamma", K_F32, C, -1, 1);
         tbuf *dbt = tb_in(&c, "dbeta", K_F32, C, -1, 1);
-        RUN(&c, be->i->bn_bwd(be, s, dt, P(dx), v == 3 ? 1.0f : 0.0f, P(dg), P(dbt), P(dy), P(x), P(gamma),
-                              P(sm), P(si)));
+        tbuf *ry = NULL, *dres = NULL;
+        if (v >= 9) {   /* behind a ReLU: its output, half of it 0 (masked), one NaN (passes) */
+            ry = tb_in(&c, "relu_y", dt, n, -1, 1);
+            tb_set(&c, ry, n / 2, NAN);
+        }
+        if (v == 10) dres = tb_out(&c, "dres", dt, n);
+        if (v == 11) dres = tb_in(&c, "dres", dt, n, -1, 1);
+        RUN(&c, be->i->bn_bwd(be, s, dt, P(dx), acc ? 1.0f : 0.0f, P(dg), P(dbt), P(dy), P(x), P(gamma),
+                              P(sm), P(si), P(ry), P(dres), v == 11 ? 1.0f : 0.0f));
         check_range(&c, dx, dx->name, 0, dx->n, 0, dxscale);
         check(&c, dg); check(&c, dbt);
+        if (dres) check(&c, dres);
     }
     case_end(&c);
 }
@@ -755,7 +766,7 @@ static void run_all(void) {
             for (int v = 0; v < 5; v++) linear_case(&LINS[i], DTS[d], v);
     for (size_t i = 0; i < NELEM(BNS); i++)
         for (int d = 0; d < 3; d++)
-            for (int v = 0; v < 9; v++) bn_case(BNS[i], DTS[d], v);
+            for (int v = 0; v < 12; v++) bn_case(BNS[i], DTS[d], v);
     for (size_t i = 0; i < NELEM(ELN); i++)
         for (int d = 0; d < 3; d++)
             for (int v = 0; v < 9; v++)

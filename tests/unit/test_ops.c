@@ -538,10 +538,10 @@ static void bn_run(tq_shape s, tq_dtype dt, const float *x, const float *g, cons
     CHECK_OK(be->i->bn_fwd_infer(be, s, dt, yi, xh, g, b, o->rm, o->rv, eps, NULL, 0));
     o->dg = fcopy(dg0, C);
     o->db = fcopy(db0, C);
-    CHECK_OK(be->i->bn_bwd(be, s, dt, dx, 0.0f, o->dg, o->db, rh, xh, g, o->sm, o->si));
+    CHECK_OK(be->i->bn_bwd(be, s, dt, dx, 0.0f, o->dg, o->db, rh, xh, g, o->sm, o->si, NULL, NULL, 0.0f));
     o->dg2 = fcopy(o->dg, C);
     o->db2 = fcopy(o->db, C);
-    CHECK_OK(be->i->bn_bwd(be, s, dt, dx1, 1.0f, o->dg2, o->db2, rh, xh, g, o->sm, o->si));
+    CHECK_OK(be->i->bn_bwd(be, s, dt, dx1, 1.0f, o->dg2, o->db2, rh, xh, g, o->sm, o->si, NULL, NULL, 0.0f));
     o->y = from_dt(dt, y, n);
     o->yi = from_dt(dt, yi, n);
     o->dx = from_dt(dt, dx, n);
@@ -637,6 +637,52 @@ static void test_bn_large(void **state) {
     run_bn_case((tq_shape){ 8, 32, 32, 24 }, 0.0, 0);
 }
 
+/* bn_bwd with relu_y (and dres) is relu_bwd → the add's accumulates → bn_bwd bit for bit:
+ * every dtype, beta 0/1 on dx and on dres, channel counts off the vector width, a NaN and ±0
+ * among the ReLU outputs, the serial and the parallel path. */
+static void test_bn_bwd_fused_is_the_chain(void **state) {
+    (void)state;
+    const tq_shape shapes[] = { { 2, 3, 5, 70 }, { 8, 16, 16, 16 }, { 4, 7, 9, 33 } };
+    for (size_t si = 0; si < sizeof shapes / sizeof *shapes; si++)
+        for (tq_dtype dt = TQ_F32; dt <= TQ_BF16; dt++)
+            for (int v = 0; v < 8; v++) {   /* bits: beta_dx, with dres, beta_dres */
+                tq_shape s = shapes[si];
+                size_t n = tq_shape_numel(s), C = (size_t)s.c, es = tq_dtype_size(dt);
+                float bdx = (float)(v & 1), bres = (float)((v >> 2) & 1);
+                int with_res = (v >> 1) & 1;
+                float *xf = frand(n, 2), *g = frand(C, 1), *b = frand(C, 1);
+                float *sm = poisoned(TQ_F32, C), *sd = poisoned(TQ_F32, C);
+                void *x = to_dt(dt, xf, n), *y = poisoned(dt, n), *dy = to_dt(dt, frand(n, 1), n);
+                CHECK_OK(be->i->bn_fwd_train(be, s, dt, y, x, g, b, sm, sd, NULL, NULL, 0.1f, 1e-5f, NULL, 1));
+                tq_st(y, dt, n / 3, NAN);          /* a NaN output passes its gradient */
+                tq_st(y, dt, n / 2, -0.0f);
+                float *d0 = frand(n, 1), *r0 = frand(n, 1);
+                /* the chain */
+                void *dyb = poisoned(dt, n), *dbn = poisoned(dt, n);
+                void *dxa = bdx != 0.0f ? to_dt(dt, d0, n) : poisoned(dt, n);
+                void *dra = bres != 0.0f ? to_dt(dt, r0, n) : poisoned(dt, n);
+                float *dga = tmem(C * 4), *dba = tmem(C * 4), *dgb = tmem(C * 4), *dbb = tmem(C * 4);
+                memset(dga, 0, C * 4); memset(dba, 0, C * 4); memset(dgb, 0, C * 4); memset(dbb, 0, C * 4);
+                CHECK_OK(be->i->relu_bwd(be, n, dt, dyb, 0.0f, dy, y));
+                CHECK_OK(be->i->accumulate(be, n, dt, dbn, 0.0f, dyb));
+                if (with_res) CHECK_OK(be->i->accumulate(be, n, dt, dra, bres, dyb));
+                CHECK_OK(be->i->bn_bwd(be, s, dt, dxa, bdx, dga, dba, dbn, x, g, sm, sd, NULL, NULL, 0.0f));
+                /* fused */
+                void *dxb = bdx != 0.0f ? to_dt(dt, d0, n) : poisoned(dt, n);
+                void *drb = bres != 0.0f ? to_dt(dt, r0, n) : poisoned(dt, n);
+                CHECK_OK(be->i->bn_bwd(be, s, dt, dxb, bdx, dgb, dbb, dy, x, g, sm, sd, y,
+                                       with_res ? drb : NULL, bres));
+                assert_memory_equal(dxa, dxb, n * es);
+                if (with_res) assert_memory_equal(dra, drb, n * es);
+                assert_memory_equal(dga, dgb, C * 4);
+                assert_memory_equal(dba, dbb, C * 4);
+            }
+    /* dres without the ReLU it sits behind is refused */
+    tq_shape s = { 1, 2, 2, 1 };
+    float x[4] = { 1, 2, 3, 4 }, dy[4] = { 0 }, dx[4], dr[4], sm = 2.5f, sd = 1.0f, g = 1, dg = 0, db = 0;
+    CHECK_EINVAL(be->i->bn_bwd(be, s, TQ_F32, dx, 0.0f, &dg, &db, dy, x, &g, &sm, &sd, NULL, dr, 0.0f));
+}
+
 /* results do not depend on the thread count */
 static void test_bn_deterministic(void **state) {
     (void)state;
@@ -653,7 +699,8 @@ static void test_bn_deterministic(void **state) {
         memset(dg[t], 0, C * 4); memset(db[t], 0, C * 4);
         CHECK_OK(be->i->bn_fwd_train(be, s, TQ_F32, y[t], x, g, b, sm[t], si[t], NULL, NULL, 0.1f, 1e-5f,
                                      NULL, 0));
-        CHECK_OK(be->i->bn_bwd(be, s, TQ_F32, dx[t], 0.0f, dg[t], db[t], dy, x, g, sm[t], si[t]));
+        CHECK_OK(be->i->bn_bwd(be, s, TQ_F32, dx[t], 0.0f, dg[t], db[t], dy, x, g, sm[t], si[t],
+                               NULL, NULL, 0.0f));
     }
     be->threads = saved;
     assert_memory_equal(y[0], y[1], n * 4);
@@ -1296,7 +1343,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         T(test_vtable_complete), T(test_alloc_accounting), T(test_conv), T(test_conv_chunked),
         T(test_linear), T(test_iface_complete), T(test_conv_bad_desc), T(test_bn), T(test_bn_large),
-        T(test_bn_deterministic), T(test_bn_bad), T(test_relu), T(test_add_accumulate),
+        T(test_bn_bwd_fused_is_the_chain), T(test_bn_deterministic), T(test_bn_bad), T(test_relu), T(test_add_accumulate),
         T(test_maxpool), T(test_maxpool_relu_is_the_pair), T(test_avgpool), T(test_softmax_ce), T(test_cast), T(test_conversions_reference),
         T(test_unscale_check), T(test_sgd), T(test_adamw), T(test_load_batch),
     };
