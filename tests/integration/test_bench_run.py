@@ -82,3 +82,29 @@ def test_every_cell_has_numbers(quick):
         assert "failed" not in row and "rejected" not in row, row
     claims = [l for l in md.splitlines() if l.startswith("| cnn | memory, AMP b32×2")]
     assert len(claims) == 1 and "%" in claims[0].split("|")[5]   # trainq bf16
+
+
+def test_accuracy_stage(quick):
+    """The article's configurations trained longer: both sides, numbers, and the claims
+    table's accuracy row taken from them."""
+    out, _ = quick
+    data = json.loads((out / "bench-results.json").read_text())
+    acc = data["accuracy"]
+    assert acc["steps"] > data["meta"]["steps"] and acc["eval_samples"] > 0
+    runs = acc["runs"]
+    assert [(r["model"], r["batch"], r["amp"], r["accum"]) for r in runs] == [
+        ("cnn", 64, "off", 1), ("cnn", 32, "bf16", 2)]
+    for r in runs:
+        for side in ("trainq", "torch"):
+            s = r[side]
+            assert s["state"] == "succeeded", s.get("error")
+            assert len(s["losses"]) == acc["steps"]
+            assert number(s["summary"]["val_accuracy"]) and 0 < s["summary"]["val_accuracy"] <= 1
+        # same weights and data: the first step agrees
+        assert abs(r["trainq"]["losses"][0] - r["torch"]["losses"][0]) < 1e-3
+    md = (out / "benchmarks.md").read_text(encoding="utf-8")
+    assert "### Accuracy, trained longer" in md
+    want = 100 * (runs[1]["trainq"]["summary"]["val_accuracy"] - runs[0]["trainq"]["summary"]["val_accuracy"])
+    row = [l for l in md.splitlines() if l.startswith("| cnn | accuracy, AMP b32×2")][0]
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells[4] == ("%+.1f pt" % want).replace("-", "−"), (cells, want)
