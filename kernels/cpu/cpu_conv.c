@@ -225,11 +225,6 @@ static void to_f32(tq_backend *be, tq_dtype dt, float *dst, const void *src, siz
     }
 }
 
-TQ_ALWAYS_INLINE void store_rows(tq_dtype dt, void *dst, size_t i0, const float *src, size_t n) {
-#pragma omp simd
-    for (size_t i = 0; i < n; i++) tq_st(dst, dt, i0 + i, src[i]);
-}
-
 /* cols rows [t0, t1) of the chunk starting at image n0 (row t = output pixel (i, p, q)). */
 TQ_ALWAYS_INLINE void im2col_rows(tq_dtype dt, const cgeom *g, const void *x, int n0, size_t t0,
                                   size_t t1, float *cols) {
@@ -254,6 +249,22 @@ TQ_ALWAYS_INLINE void im2col_rows(tq_dtype dt, const cgeom *g, const void *x, in
             if (s_hi < S) memset(dst + (size_t)s_hi * C, 0, (size_t)(S - s_hi) * C * sizeof(float));
         }
     }
+}
+
+/* im2col of rows [t0, t1): f32 copies inline; the 16-bit conversions, most of a 16-bit
+ * im2col's work (each input element is converted once per kernel tap), are built for AVX-512
+ * and AVX2 too, the one that runs picked when the program loads (as cpu_bn.c's norm pass).
+ * Conversions are integer arithmetic: the same bits on every machine. */
+__attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+static void im2col_lo(tq_dtype dt, const cgeom *g, const void *x, int n0, size_t t0, size_t t1,
+                      float *cols) {
+    if (dt == TQ_F16) im2col_rows(TQ_F16, g, x, n0, t0, t1, cols);
+    else im2col_rows(TQ_BF16, g, x, n0, t0, t1, cols);
+}
+static void im2col(tq_dtype dt, const cgeom *g, const void *x, int n0, size_t t0, size_t t1,
+                   float *cols) {
+    if (dt == TQ_F32) im2col_rows(TQ_F32, g, x, n0, t0, t1, cols);
+    else im2col_lo(dt, g, x, n0, t0, t1, cols);
 }
 
 /* col2im for input row ih of chunk image i: acc (W·C floats, first prepared from beta) +=
@@ -289,6 +300,15 @@ TQ_ALWAYS_INLINE void mix_store(tq_dtype dt, void *dx, size_t i0, const float *a
     }
 }
 
+/* mix_store for a 16-bit dt (beta 0: a plain rounding store), its conversions built for
+ * AVX-512 and AVX2 too (as im2col_lo) */
+__attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+static void mix_store_lo(tq_dtype dt, void *dx, size_t i0, const float *acc, size_t n,
+                         float beta) {
+    if (dt == TQ_F16) mix_store(TQ_F16, dx, i0, acc, n, beta);
+    else mix_store(TQ_BF16, dx, i0, acc, n, beta);
+}
+
 /* Input rows [u0, u1) (u = i·H + ih) of the chunk at image n0: dx = beta·dx + col2im(dcols).
  * f32 accumulates in dx itself; 16-bit accumulates in stage (nb·HWC floats), rounds once. */
 static void col2im_rows(tq_dtype dt, const cgeom *g, const float *dcols, int n0, size_t u0,
@@ -306,7 +326,7 @@ static void col2im_rows(tq_dtype dt, const cgeom *g, const float *dcols, int n0,
             float *acc = stage + u * wc;
             memset(acc, 0, wc * sizeof(float));
             col2im_row(g, dcols, i, ih, acc);
-            TQ_DT_CALL(dt, mix_store, dx, off, acc, wc, beta);
+            mix_store_lo(dt, dx, off, acc, wc, beta);
         }
     }
 }
@@ -346,14 +366,13 @@ static void fwd_part(const cgeom *g, tq_dtype dt, int direct, const void *x, con
                      size_t t1) {
     const int K = g->k, RSC = (int)g->rsc;
     if (t1 <= t0) return;
-    if (!direct) TQ_DT_CALL(dt, im2col_rows, g, x, n0, t0, t1, cols);
+    if (!direct) im2col(dt, g, x, n0, t0, t1, cols);
     if (bias)
         for (size_t t = t0; t < t1; t++) memcpy(Y + t * K, bias, (size_t)K * sizeof(float));
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)(t1 - t0), K, RSC, 1.0f,
                 cols + t0 * RSC, RSC, W, RSC, bias ? 1.0f : 0.0f, Y + t0 * K, K);
     if (dt != TQ_F32)
-        TQ_DT_CALL(dt, store_rows, y, (size_t)n0 * g->pq * K + t0 * K, Y + t0 * K,
-                   (t1 - t0) * K);
+        mix_store_lo(dt, y, (size_t)n0 * g->pq * K + t0 * K, Y + t0 * K, (t1 - t0) * K, 0.0f);
 }
 
 static int conv_fwd_impl(tq_backend *be, const char *nm, const tq_conv_desc *d, tq_dtype dt,
@@ -419,7 +438,7 @@ static void bwdd_tr_part(const cgeom *t, tq_dtype dt, const void *dy, const floa
                          void *dx, float beta, float *cols, float *DX, int n0, size_t t0, size_t t1) {
     const int C = t->k, RSK = (int)t->rsc;
     if (t1 <= t0) return;
-    TQ_DT_CALL(dt, im2col_rows, t, dy, n0, t0, t1, cols);
+    im2col(dt, t, dy, n0, t0, t1, cols);
     size_t o = (size_t)n0 * t->pq * C + t0 * C;
     CBLAS_TRANSPOSE tb = kc ? CblasNoTrans : CblasTrans;
     int ldb = kc ? C : RSK;
@@ -429,7 +448,7 @@ static void bwdd_tr_part(const cgeom *t, tq_dtype dt, const void *dy, const floa
     } else {
         cblas_sgemm(CblasRowMajor, CblasNoTrans, tb, (int)(t1 - t0), C, RSK, 1.0f,
                     cols + t0 * RSK, RSK, Wt, ldb, 0.0f, DX + t0 * C, C);
-        TQ_DT_CALL(dt, mix_store, dx, o, DX + t0 * C, (t1 - t0) * C, beta);
+        mix_store_lo(dt, dx, o, DX + t0 * C, (t1 - t0) * C, beta);
     }
 }
 
@@ -538,7 +557,7 @@ static void bwdf_prep(const cgeom *g, tq_dtype dt, const void *x, const void *dy
                       float *DY, int n0, size_t t0, size_t t1) {
     const int K = g->k;
     if (t1 <= t0) return;
-    TQ_DT_CALL(dt, im2col_rows, g, x, n0, t0, t1, cols);
+    im2col(dt, g, x, n0, t0, t1, cols);
     if (dt != TQ_F32)
         TQ_DT_CALL(dt, cvt_to_f32, DY + t0 * K, dy, (size_t)n0 * g->pq * K + t0 * K,
                    (t1 - t0) * K);
