@@ -98,6 +98,8 @@ $(BUILD)/tests/%: tests/unit/%.c $(LIB)
 # (exit 77, with the reason, where none is).
 unit: $(TESTS) $(BUILD)/gpu_ops
 	@set -e; for t in $(TESTS); do echo "== $$t"; CMOCKA_MESSAGE_OUTPUT=stdout $$t; done
+	@echo "== $(BUILD)/tests/test_ops with TQ_CPU_DNNL=0 (the im2col convolutions oneDNN falls back to)"; \
+	 TQ_CPU_DNNL=0 CMOCKA_MESSAGE_OUTPUT=stdout $(BUILD)/tests/test_ops
 	@echo "== $(BUILD)/gpu_ops --against cpu"; $(BUILD)/gpu_ops --against cpu
 	@echo "== $(BUILD)/gpu_ops --against cpu --inject conv_fwd (must fail)"; \
 	 rc=0; $(BUILD)/gpu_ops --against cpu --inject conv_fwd > $(BUILD)/gpu_ops.inject.log 2>&1 || rc=$$?; \

@@ -1,4 +1,4 @@
-/* cpu_dnnl.c — f32 and bf16 convolutions through oneDNN (libdnnl 2.x, C API, OpenMP runtime).
+/* cpu_dnnl.c — f32, bf16 (and, through f32, f16) convolutions through oneDNN (libdnnl 2.x, C API, OpenMP runtime).
  *
  * Layouts: activations NHWC (oneDNN tag nhwc), weights KRSC (tag ohwi). Primitives pick their
  * own weights layout (format_tag_any); the weights are reordered into it on every call (they
@@ -37,9 +37,10 @@
  *
  * Types: x, y, w, dx, dy in the op's dtype (f32 or bf16; oneDNN accumulates bf16 in f32 and
  * rounds the outputs to nearest even, as the im2col path does); bias, dw, db always f32. f16
- * stays on the im2col path (cpu_conv.c): oneDNN 2.6 has no f16 convolutions on CPUs without
- * AVX512-FP16, and where it has them their accumulation is not ours to check. So do linear
- * layers. A CPU without bf16 support in oneDNN fails the primitive creation: im2col again.
+ * runs the f32 primitives on f32 copies of a few images at a time (the end of this file):
+ * oneDNN 2.6 has no f16 convolutions on CPUs without AVX512-FP16, and where it has them their
+ * accumulation is not ours to check. Linear layers stay on OpenBLAS (cpu_conv.c). A CPU
+ * without bf16 support in oneDNN fails the primitive creation: im2col again.
  *
  * TQ_CPU_DNNL=0 in the environment (read when the backend first needs oneDNN) turns this off:
  * every convolution runs the im2col path.
@@ -478,8 +479,8 @@ static dconv *lookup(tq_backend *be, const tq_conv_desc *d, tq_dtype dt, int kin
     return c;
 }
 
-int tq_dnnl_conv_need(tq_backend *be, const tq_conv_desc *d, tq_dtype dt, int kind,
-                      size_t *bytes) {
+static int need_direct(tq_backend *be, const tq_conv_desc *d, tq_dtype dt, int kind,
+                       size_t *bytes) {
     tq_dnnl *D;
     dconv *c = lookup(be, d, dt, kind, &D);
     if (!c) return 0;
@@ -500,8 +501,8 @@ static unsigned char *ws_base(tq_backend *be, const char *op, void *ws, size_t w
 
 /* ---- the ops ---- */
 
-int tq_dnnl_conv_fwd(tq_backend *be, const tq_conv_desc *d, tq_dtype dt, void *y, const void *x,
-                     const void *w, const float *bias, void *ws, size_t ws_bytes) {
+static int fwd_direct(tq_backend *be, const tq_conv_desc *d, tq_dtype dt, void *y, const void *x,
+                      const void *w, const float *bias, void *ws, size_t ws_bytes) {
     const char *op = "conv_fwd";
     tq_dnnl *D;
     dconv *c = lookup(be, d, dt, K_FWD, &D);
@@ -559,8 +560,8 @@ static void scale(tq_backend *be, tq_dtype dt, void *dx, size_t n, float beta) {
     for (size_t i = 0; i < n; i++) tq_st(dx, dt, i, beta * tq_ld(dx, dt, i));
 }
 
-int tq_dnnl_conv_bwd_data(tq_backend *be, const tq_conv_desc *d, tq_dtype dt, void *dx,
-                          float beta, const void *dy, const void *w, void *ws, size_t ws_bytes) {
+static int bwdd_direct(tq_backend *be, const tq_conv_desc *d, tq_dtype dt, void *dx, float beta,
+                       const void *dy, const void *w, void *ws, size_t ws_bytes) {
     const char *op = "conv_bwd_data";
     tq_dnnl *D;
     dconv *c = lookup(be, d, dt, K_BWDD, &D);
@@ -603,9 +604,8 @@ int tq_dnnl_conv_bwd_data(tq_backend *be, const tq_conv_desc *d, tq_dtype dt, vo
     return tq_cpu_accumulate(be, nx_of(c), dt, dx, beta, t);
 }
 
-int tq_dnnl_conv_bwd_filter(tq_backend *be, const tq_conv_desc *d, tq_dtype dt, float *dw,
-                            float *db, const void *x, const void *dy, void *ws,
-                            size_t ws_bytes) {
+static int bwdw_direct(tq_backend *be, const tq_conv_desc *d, tq_dtype dt, float *dw,
+                       float *db, const void *x, const void *dy, void *ws, size_t ws_bytes) {
     const char *op = "conv_bwd_filter";
     tq_dnnl *D;
     dconv *c = lookup(be, d, dt, K_BWDW, &D);
@@ -627,4 +627,150 @@ int tq_dnnl_conv_bwd_filter(tq_backend *be, const tq_conv_desc *d, tq_dtype dt, 
     if (db)
         for (int k = 0; k < d->k; k++) db[k] += dbt[k];
     return TQ_OK;
+}
+
+/* ---- f16: the f32 primitives, a chunk of images at a time ----
+ *
+ * oneDNN 2.6 has no f16 convolutions here, so an f16 op converts F16_CHUNK_BYTES' worth of
+ * images of its operands to f32 (x and y, or dy and dx), runs the f32 primitive of the chunk's
+ * descriptor (N = the chunk's images; a shorter last chunk has its own) and rounds the result
+ * back once: the arithmetic of the f32 convolution, in f16 storage, for a workspace of one
+ * chunk's copies instead of whole-batch ones. dW and db accumulate over the chunks in f32. */
+
+#define F16_CHUNK_BYTES ((size_t)1 << 20)
+
+typedef struct { int nb, nlast; tq_conv_desc full, last; size_t nx1, ny1, nw; } f16plan;
+
+static void f16_plan(const tq_conv_desc *d, f16plan *p) {
+    tq_shape ys = tq_conv_yshape(d);
+    p->nx1 = (size_t)d->x.h * d->x.w * d->x.c;
+    p->ny1 = (size_t)ys.h * ys.w * ys.c;
+    p->nw = (size_t)d->k * d->r * d->s * d->x.c;
+    size_t nb = F16_CHUNK_BYTES / ((p->nx1 + p->ny1) * 4);
+    if (nb < 1) nb = 1;
+    if (nb > (size_t)d->x.n) nb = (size_t)d->x.n;
+    p->nb = (int)nb;
+    p->nlast = d->x.n % p->nb;
+    p->full = *d;
+    p->full.x.n = p->nb;
+    p->last = *d;
+    p->last.x.n = p->nlast;
+}
+
+/* workspace: [W f32 | X chunk f32 | Y chunk f32 | the chunk primitives' own] from the aligned
+ * base; 0 when oneDNN does not run both chunk descriptors */
+static int f16_need(tq_backend *be, const f16plan *p, int kind, size_t *own, size_t *bytes) {
+    size_t a = 0, b = 0;
+    if (!need_direct(be, &p->full, TQ_F32, kind, &a)) return 0;
+    if (p->nlast && !need_direct(be, &p->last, TQ_F32, kind, &b)) return 0;
+    *own = up64(p->nw * 4) + up64((size_t)p->nb * p->nx1 * 4) + up64((size_t)p->nb * p->ny1 * 4);
+    *bytes = 64 + *own + mx(a, b);
+    return 1;
+}
+
+typedef struct { float *w, *x, *y; unsigned char *inner; size_t inner_bytes; } f16ws;
+
+static int f16_ws(tq_backend *be, const char *op, const f16plan *p, int kind, void *ws,
+                  size_t ws_bytes, f16ws *W) {
+    size_t own, need;
+    if (!f16_need(be, p, kind, &own, &need)) return TQ_DNNL_NA;
+    unsigned char *base = ws_base(be, op, ws, ws_bytes, need);
+    if (!base) return TQ_EINVAL;
+    W->w = (float *)base;
+    W->x = (float *)(base + up64(p->nw * 4));
+    W->y = (float *)((unsigned char *)W->x + up64((size_t)p->nb * p->nx1 * 4));
+    W->inner = base + own;
+    W->inner_bytes = need - 64 - own;
+    return TQ_OK;
+}
+
+/* the chunk at image n0: its descriptor and (*nbc) its images */
+static const tq_conv_desc *chunk_at(const f16plan *p, int n, int n0, int *nbc) {
+    *nbc = n - n0 < p->nb ? n - n0 : p->nb;
+    return *nbc == p->nb ? &p->full : &p->last;
+}
+
+static const uint16_t *h16(const void *p, size_t i) { return (const uint16_t *)p + i; }
+
+static int f16_fwd(tq_backend *be, const tq_conv_desc *d, void *y, const void *x, const void *w,
+                   const float *bias, void *ws, size_t ws_bytes) {
+    f16plan p;
+    f16_plan(d, &p);
+    f16ws W;
+    int rc = f16_ws(be, "conv_fwd", &p, K_FWD, ws, ws_bytes, &W);
+    if (rc) return rc;
+    if ((rc = tq_cpu_cast(be, p.nw, TQ_F32, W.w, TQ_F16, w))) return rc;
+    for (int n0 = 0, nbc; n0 < d->x.n; n0 += nbc) {
+        const tq_conv_desc *dc = chunk_at(&p, d->x.n, n0, &nbc);
+        if ((rc = tq_cpu_cast(be, (size_t)nbc * p.nx1, TQ_F32, W.x, TQ_F16, h16(x, (size_t)n0 * p.nx1)))) return rc;
+        if ((rc = fwd_direct(be, dc, TQ_F32, W.y, W.x, W.w, bias, W.inner, W.inner_bytes))) return rc;
+        if ((rc = tq_cpu_cast(be, (size_t)nbc * p.ny1, TQ_F16, (uint16_t *)y + (size_t)n0 * p.ny1, TQ_F32, W.y)))
+            return rc;
+    }
+    return TQ_OK;
+}
+
+static int f16_bwdd(tq_backend *be, const tq_conv_desc *d, void *dx, float beta, const void *dy,
+                    const void *w, void *ws, size_t ws_bytes) {
+    f16plan p;
+    f16_plan(d, &p);
+    f16ws W;
+    int rc = f16_ws(be, "conv_bwd_data", &p, K_BWDD, ws, ws_bytes, &W);
+    if (rc) return rc;
+    if ((rc = tq_cpu_cast(be, p.nw, TQ_F32, W.w, TQ_F16, w))) return rc;
+    for (int n0 = 0, nbc; n0 < d->x.n; n0 += nbc) {
+        const tq_conv_desc *dc = chunk_at(&p, d->x.n, n0, &nbc);
+        uint16_t *dxc = (uint16_t *)dx + (size_t)n0 * p.nx1;
+        if ((rc = tq_cpu_cast(be, (size_t)nbc * p.ny1, TQ_F32, W.y, TQ_F16, h16(dy, (size_t)n0 * p.ny1)))) return rc;
+        if (beta != 0.0f && (rc = tq_cpu_cast(be, (size_t)nbc * p.nx1, TQ_F32, W.x, TQ_F16, dxc))) return rc;
+        if ((rc = bwdd_direct(be, dc, TQ_F32, W.x, beta, W.y, W.w, W.inner, W.inner_bytes))) return rc;
+        if ((rc = tq_cpu_cast(be, (size_t)nbc * p.nx1, TQ_F16, dxc, TQ_F32, W.x))) return rc;
+    }
+    return TQ_OK;
+}
+
+static int f16_bwdw(tq_backend *be, const tq_conv_desc *d, float *dw, float *db, const void *x,
+                    const void *dy, void *ws, size_t ws_bytes) {
+    f16plan p;
+    f16_plan(d, &p);
+    f16ws W;
+    int rc = f16_ws(be, "conv_bwd_filter", &p, K_BWDW, ws, ws_bytes, &W);
+    if (rc) return rc;
+    for (int n0 = 0, nbc; n0 < d->x.n; n0 += nbc) {
+        const tq_conv_desc *dc = chunk_at(&p, d->x.n, n0, &nbc);
+        if ((rc = tq_cpu_cast(be, (size_t)nbc * p.nx1, TQ_F32, W.x, TQ_F16, h16(x, (size_t)n0 * p.nx1)))) return rc;
+        if ((rc = tq_cpu_cast(be, (size_t)nbc * p.ny1, TQ_F32, W.y, TQ_F16, h16(dy, (size_t)n0 * p.ny1)))) return rc;
+        if ((rc = bwdw_direct(be, dc, TQ_F32, dw, db, W.x, W.y, W.inner, W.inner_bytes))) return rc;
+    }
+    return TQ_OK;
+}
+
+/* ---- the entry points: f32 and bf16 directly, f16 in f32 chunks ---- */
+
+int tq_dnnl_conv_need(tq_backend *be, const tq_conv_desc *d, tq_dtype dt, int kind,
+                      size_t *bytes) {
+    if (dt != TQ_F16) return need_direct(be, d, dt, kind, bytes);
+    f16plan p;
+    size_t own;
+    f16_plan(d, &p);
+    return f16_need(be, &p, kind, &own, bytes);
+}
+
+int tq_dnnl_conv_fwd(tq_backend *be, const tq_conv_desc *d, tq_dtype dt, void *y, const void *x,
+                     const void *w, const float *bias, void *ws, size_t ws_bytes) {
+    if (dt == TQ_F16) return f16_fwd(be, d, y, x, w, bias, ws, ws_bytes);
+    return fwd_direct(be, d, dt, y, x, w, bias, ws, ws_bytes);
+}
+
+int tq_dnnl_conv_bwd_data(tq_backend *be, const tq_conv_desc *d, tq_dtype dt, void *dx,
+                          float beta, const void *dy, const void *w, void *ws, size_t ws_bytes) {
+    if (dt == TQ_F16) return f16_bwdd(be, d, dx, beta, dy, w, ws, ws_bytes);
+    return bwdd_direct(be, d, dt, dx, beta, dy, w, ws, ws_bytes);
+}
+
+int tq_dnnl_conv_bwd_filter(tq_backend *be, const tq_conv_desc *d, tq_dtype dt, float *dw,
+                            float *db, const void *x, const void *dy, void *ws,
+                            size_t ws_bytes) {
+    if (dt == TQ_F16) return f16_bwdw(be, d, dw, db, x, dy, ws, ws_bytes);
+    return bwdw_direct(be, d, dt, dw, db, x, dy, ws, ws_bytes);
 }

@@ -98,26 +98,34 @@ int tq_cpu_accumulate(tq_backend *be, size_t n, tq_dtype dt, void *dst, float be
 }
 
 TQ_ALWAYS_INLINE void k_to_f32(tq_dtype dt, size_t i0, size_t i1, float *dst, const void *src) {
-    for (size_t i = i0; i < i1; i++) dst[i] = tq_ld(src, dt, i);
+    TQ_SIMD(dt, for (size_t i = i0; i < i1; i++) dst[i] = tq_ld(src, dt, i););
 }
 TQ_ALWAYS_INLINE void k_from_f32(tq_dtype dt, size_t i0, size_t i1, void *dst, const float *src) {
-    for (size_t i = i0; i < i1; i++) tq_st(dst, dt, i, src[i]);
+    TQ_SIMD(dt, for (size_t i = i0; i < i1; i++) tq_st(dst, dt, i, src[i]););
 }
-static void k_16_16(size_t i0, size_t i1, tq_dtype ddt, void *dst, tq_dtype sdt, const void *src) {
-    for (size_t i = i0; i < i1; i++) tq_st(dst, ddt, i, tq_ld(src, sdt, i));
+/* one block of a cast between different dtypes: the weight copies of AMP every step and the
+ * f16 convolutions' operands (cpu_dnnl.c), built for AVX-512 and AVX2 too (picked at load;
+ * integer arithmetic: the same bits everywhere) */
+__attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+static void cast_block(size_t i0, size_t i1, tq_dtype ddt, void *dst, tq_dtype sdt,
+                       const void *src) {
+    if (ddt == TQ_F32) TQ_DT_CALL(sdt, k_to_f32, i0, i1, dst, src);
+    else if (sdt == TQ_F32) TQ_DT_CALL(ddt, k_from_f32, i0, i1, dst, src);
+    else if (ddt == TQ_F16)
+        TQ_SIMD(TQ_F16, for (size_t i = i0; i < i1; i++)
+            tq_st(dst, TQ_F16, i, tq_ld(src, TQ_BF16, i)););
+    else
+        TQ_SIMD(TQ_BF16, for (size_t i = i0; i < i1; i++)
+            tq_st(dst, TQ_BF16, i, tq_ld(src, TQ_F16, i)););
 }
 int tq_cpu_cast(tq_backend *be, size_t n, tq_dtype dst_dt, void *dst, tq_dtype src_dt,
                 const void *src) {
     if (check_dt(be, "cast", dst_dt) || check_dt(be, "cast", src_dt)) return TQ_EINVAL;
     if (dst_dt == src_dt) {
         if (dst != src && n) memmove(dst, src, n * tq_dtype_size(dst_dt));
-    } else if (dst_dt == TQ_F32) {
-        BLOCK_LOOP(n, TQ_DT_CALL(src_dt, k_to_f32, i0, i1, dst, src));
-    } else if (src_dt == TQ_F32) {
-        BLOCK_LOOP(n, TQ_DT_CALL(dst_dt, k_from_f32, i0, i1, dst, src));
-    } else {
-        BLOCK_LOOP(n, k_16_16(i0, i1, dst_dt, dst, src_dt, src));
+        return TQ_OK;
     }
+    BLOCK_LOOP(n, cast_block(i0, i1, dst_dt, dst, src_dt, src));
     return TQ_OK;
 }
 
