@@ -690,59 +690,59 @@ static const tq_conv_desc *chunk_at(const f16plan *p, int n, int n0, int *nbc) {
     return *nbc == p->nb ? &p->full : &p->last;
 }
 
-static const uint16_t *h16(const void *p, size_t i) { return (const uint16_t *)p + i; }
-
-static int f16_fwd(tq_backend *be, const tq_conv_desc *d, void *y, const void *x, const void *w,
-                   const float *bias, void *ws, size_t ws_bytes) {
-    f16plan p;
-    f16_plan(d, &p);
-    f16ws W;
-    int rc = f16_ws(be, "conv_fwd", &p, K_FWD, ws, ws_bytes, &W);
-    if (rc) return rc;
-    if ((rc = tq_cpu_cast(be, p.nw, TQ_F32, W.w, TQ_F16, w))) return rc;
-    for (int n0 = 0, nbc; n0 < d->x.n; n0 += nbc) {
-        const tq_conv_desc *dc = chunk_at(&p, d->x.n, n0, &nbc);
-        if ((rc = tq_cpu_cast(be, (size_t)nbc * p.nx1, TQ_F32, W.x, TQ_F16, h16(x, (size_t)n0 * p.nx1)))) return rc;
-        if ((rc = fwd_direct(be, dc, TQ_F32, W.y, W.x, W.w, bias, W.inner, W.inner_bytes))) return rc;
-        if ((rc = tq_cpu_cast(be, (size_t)nbc * p.ny1, TQ_F16, (uint16_t *)y + (size_t)n0 * p.ny1, TQ_F32, W.y)))
-            return rc;
-    }
-    return TQ_OK;
+/* plan, workspace and (w not NULL) the f32 weights of an f16 op */
+static int f16_begin(tq_backend *be, const char *op, const tq_conv_desc *d, int kind,
+                     const void *w, void *ws, size_t ws_bytes, f16plan *p, f16ws *W) {
+    f16_plan(d, p);
+    int rc = f16_ws(be, op, p, kind, ws, ws_bytes, W);
+    if (!rc && w) rc = tq_cpu_cast(be, p->nw, TQ_F32, W->w, TQ_F16, w);
+    return rc;
 }
 
-static int f16_bwdd(tq_backend *be, const tq_conv_desc *d, void *dx, float beta, const void *dy,
-                    const void *w, void *ws, size_t ws_bytes) {
-    f16plan p;
-    f16_plan(d, &p);
-    f16ws W;
-    int rc = f16_ws(be, "conv_bwd_data", &p, K_BWDD, ws, ws_bytes, &W);
-    if (rc) return rc;
-    if ((rc = tq_cpu_cast(be, p.nw, TQ_F32, W.w, TQ_F16, w))) return rc;
-    for (int n0 = 0, nbc; n0 < d->x.n; n0 += nbc) {
-        const tq_conv_desc *dc = chunk_at(&p, d->x.n, n0, &nbc);
-        uint16_t *dxc = (uint16_t *)dx + (size_t)n0 * p.nx1;
-        if ((rc = tq_cpu_cast(be, (size_t)nbc * p.ny1, TQ_F32, W.y, TQ_F16, h16(dy, (size_t)n0 * p.ny1)))) return rc;
-        if (beta != 0.0f && (rc = tq_cpu_cast(be, (size_t)nbc * p.nx1, TQ_F32, W.x, TQ_F16, dxc))) return rc;
-        if ((rc = bwdd_direct(be, dc, TQ_F32, W.x, beta, W.y, W.w, W.inner, W.inner_bytes))) return rc;
-        if ((rc = tq_cpu_cast(be, (size_t)nbc * p.nx1, TQ_F16, dxc, TQ_F32, W.x))) return rc;
-    }
-    return TQ_OK;
+/* images [n0, n0 + nb) of an f16 tensor of `per` elements an image, to f32 and back */
+static int chunk_in(tq_backend *be, float *dst, const void *src, int n0, int nb, size_t per) {
+    return tq_cpu_cast(be, (size_t)nb * per, TQ_F32, dst, TQ_F16,
+                       (const uint16_t *)src + (size_t)n0 * per);
+}
+static int chunk_out(tq_backend *be, void *dst, const float *src, int n0, int nb, size_t per) {
+    return tq_cpu_cast(be, (size_t)nb * per, TQ_F16, (uint16_t *)dst + (size_t)n0 * per, TQ_F32,
+                       src);
 }
 
-static int f16_bwdw(tq_backend *be, const tq_conv_desc *d, float *dw, float *db, const void *x,
-                    const void *dy, void *ws, size_t ws_bytes) {
+/* an f16 op's operands: fwd y = conv(x, w) + bias; bwd_data dx = beta·dx + conv_bwd(dy, w);
+ * bwd_filter dw, db += from (x, dy) */
+typedef struct {
+    void *y, *dx;
+    const void *x, *dy, *w;
+    const float *bias;
+    float beta;
+    float *dw, *db;
+} f16args;
+
+static int f16_op(tq_backend *be, int kind, const tq_conv_desc *d, const f16args *a, void *ws,
+                  size_t ws_bytes) {
+    static const char *const name[NKIND] = { "conv_fwd", "conv_bwd_data", "conv_bwd_filter" };
     f16plan p;
-    f16_plan(d, &p);
     f16ws W;
-    int rc = f16_ws(be, "conv_bwd_filter", &p, K_BWDW, ws, ws_bytes, &W);
-    if (rc) return rc;
-    for (int n0 = 0, nbc; n0 < d->x.n; n0 += nbc) {
-        const tq_conv_desc *dc = chunk_at(&p, d->x.n, n0, &nbc);
-        if ((rc = tq_cpu_cast(be, (size_t)nbc * p.nx1, TQ_F32, W.x, TQ_F16, h16(x, (size_t)n0 * p.nx1)))) return rc;
-        if ((rc = tq_cpu_cast(be, (size_t)nbc * p.ny1, TQ_F32, W.y, TQ_F16, h16(dy, (size_t)n0 * p.ny1)))) return rc;
-        if ((rc = bwdw_direct(be, dc, TQ_F32, dw, db, W.x, W.y, W.inner, W.inner_bytes))) return rc;
+    int rc = f16_begin(be, name[kind], d, kind, kind == K_BWDW ? NULL : a->w, ws, ws_bytes, &p, &W);
+    for (int n0 = 0, nb; !rc && n0 < d->x.n; n0 += nb) {
+        const tq_conv_desc *dc = chunk_at(&p, d->x.n, n0, &nb);
+        if (kind == K_FWD) {   /* x → W.x, conv into W.y, W.y → y */
+            if (!(rc = chunk_in(be, W.x, a->x, n0, nb, p.nx1)) &&
+                !(rc = fwd_direct(be, dc, TQ_F32, W.y, W.x, W.w, a->bias, W.inner, W.inner_bytes)))
+                rc = chunk_out(be, a->y, W.y, n0, nb, p.ny1);
+        } else if (kind == K_BWDD) {   /* dy → W.y, (dx → W.x,) conv_bwd into W.x, W.x → dx */
+            if (!(rc = chunk_in(be, W.y, a->dy, n0, nb, p.ny1)) &&
+                !(rc = a->beta != 0.0f ? chunk_in(be, W.x, a->dx, n0, nb, p.nx1) : TQ_OK) &&
+                !(rc = bwdd_direct(be, dc, TQ_F32, W.x, a->beta, W.y, W.w, W.inner, W.inner_bytes)))
+                rc = chunk_out(be, a->dx, W.x, n0, nb, p.nx1);
+        } else {               /* x → W.x, dy → W.y, dw and db accumulate */
+            if (!(rc = chunk_in(be, W.x, a->x, n0, nb, p.nx1)) &&
+                !(rc = chunk_in(be, W.y, a->dy, n0, nb, p.ny1)))
+                rc = bwdw_direct(be, dc, TQ_F32, a->dw, a->db, W.x, W.y, W.inner, W.inner_bytes);
+        }
     }
-    return TQ_OK;
+    return rc;
 }
 
 /* ---- the entry points: f32 and bf16 directly, f16 in f32 chunks ---- */
@@ -758,19 +758,28 @@ int tq_dnnl_conv_need(tq_backend *be, const tq_conv_desc *d, tq_dtype dt, int ki
 
 int tq_dnnl_conv_fwd(tq_backend *be, const tq_conv_desc *d, tq_dtype dt, void *y, const void *x,
                      const void *w, const float *bias, void *ws, size_t ws_bytes) {
-    if (dt == TQ_F16) return f16_fwd(be, d, y, x, w, bias, ws, ws_bytes);
+    if (dt == TQ_F16) {
+        f16args a = { .y = y, .x = x, .w = w, .bias = bias };
+        return f16_op(be, K_FWD, d, &a, ws, ws_bytes);
+    }
     return fwd_direct(be, d, dt, y, x, w, bias, ws, ws_bytes);
 }
 
 int tq_dnnl_conv_bwd_data(tq_backend *be, const tq_conv_desc *d, tq_dtype dt, void *dx,
                           float beta, const void *dy, const void *w, void *ws, size_t ws_bytes) {
-    if (dt == TQ_F16) return f16_bwdd(be, d, dx, beta, dy, w, ws, ws_bytes);
+    if (dt == TQ_F16) {
+        f16args a = { .dx = dx, .dy = dy, .w = w, .beta = beta };
+        return f16_op(be, K_BWDD, d, &a, ws, ws_bytes);
+    }
     return bwdd_direct(be, d, dt, dx, beta, dy, w, ws, ws_bytes);
 }
 
 int tq_dnnl_conv_bwd_filter(tq_backend *be, const tq_conv_desc *d, tq_dtype dt, float *dw,
                             float *db, const void *x, const void *dy, void *ws,
                             size_t ws_bytes) {
-    if (dt == TQ_F16) return f16_bwdw(be, d, dw, db, x, dy, ws, ws_bytes);
+    if (dt == TQ_F16) {
+        f16args a = { .x = x, .dy = dy, .dw = dw, .db = db };
+        return f16_op(be, K_BWDW, d, &a, ws, ws_bytes);
+    }
     return bwdw_direct(be, d, dt, dw, db, x, dy, ws, ws_bytes);
 }
