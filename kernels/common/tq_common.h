@@ -15,6 +15,10 @@
 
 #if defined(__CUDACC__)
 #define TQ_HD __host__ __device__
+#elif defined(__GNUC__)
+/* always inlined on the host: these are a few operations each, and a loop that calls one
+ * out of line (GCC stops inlining into large, multi-versioned loop nests) does not vectorise */
+#define TQ_HD __attribute__((always_inline))
 #else
 #define TQ_HD
 #endif

@@ -90,6 +90,18 @@ TQ_ALWAYS_INLINE void red_task(tq_dtype dt, tq_red_mode mode, size_t r0, size_t 
         else red_task(DT, TQ_RED_DOTM, __VA_ARGS__);                                  \
     } while (0)
 
+/* one reduction task; built for AVX-512 and AVX2 too, picked when the program loads (the
+ * vectors run across channels, each lane summing its channel's rows in order: the same bits
+ * at any width) */
+__attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+static void red_task_any(tq_dtype dt, tq_red_mode mode, size_t r0, size_t r1, size_t ld,
+                         size_t col, int jw, const void *a, const void *b, const void *mk,
+                         const float *of, double *o0, double *o1) {
+    if (dt == TQ_F32) RED_MODE_CALL(TQ_F32, mode, r0, r1, ld, col, jw, a, b, mk, of, o0, o1);
+    else if (dt == TQ_F16) RED_MODE_CALL(TQ_F16, mode, r0, r1, ld, col, jw, a, b, mk, of, o0, o1);
+    else RED_MODE_CALL(TQ_BF16, mode, r0, r1, ld, col, jw, a, b, mk, of, o0, o1);
+}
+
 void tq_cpu_chan_sums(tq_backend *be, tq_red_mode mode, size_t m, size_t ld, size_t c0, int cw,
                       tq_dtype dt, const void *a, const void *b, const void *mk, const float *off,
                       double *s0, double *s1) {
@@ -112,9 +124,7 @@ void tq_cpu_chan_sums(tq_backend *be, tq_red_mode mode, size_t m, size_t ld, siz
         double *o1 = mode == TQ_RED_SUM ? NULL : nseg == 1 ? s1 + j0 : part1 + seg * cw + j0;
         const float *of = off ? off + j0 : NULL;
         size_t col = c0 + (size_t)j0;
-        if (dt == TQ_F32) RED_MODE_CALL(TQ_F32, mode, r0, r1, ld, col, jw, a, b, mk, of, o0, o1);
-        else if (dt == TQ_F16) RED_MODE_CALL(TQ_F16, mode, r0, r1, ld, col, jw, a, b, mk, of, o0, o1);
-        else RED_MODE_CALL(TQ_BF16, mode, r0, r1, ld, col, jw, a, b, mk, of, o0, o1);
+        red_task_any(dt, mode, r0, r1, ld, col, jw, a, b, mk, of, o0, o1);
     }
     if (nseg > 1) {
         for (int j = 0; j < cw; j++) {
@@ -327,6 +337,21 @@ TQ_ALWAYS_INLINE void bn_dx_relu_dispatch(tq_dtype dt, size_t r0, size_t r1, siz
 #undef BN_DX_RELU_ARGS
 }
 
+/* the dx pass over rows [r0, r1), behind a ReLU when ry is given; built for AVX-512 and AVX2
+ * too, like the norm pass */
+__attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+static void bn_dx_block(tq_dtype dt, size_t r0, size_t r1, size_t ld, size_t c0, int cw, void *dx,
+                        float beta_dx, const void *dy, const void *x, const void *ry, void *dres,
+                        float beta_res, const float *mu, const float *is, const float *g,
+                        const float *sdb, const float *sdg, float inv_m) {
+    if (ry)
+        TQ_DT_CALL(dt, bn_dx_relu_dispatch, r0, r1, ld, c0, cw, dx, beta_dx, dy, x, ry, dres,
+                   beta_res, mu, is, g, sdb, sdg, inv_m);
+    else
+        TQ_DT_CALL(dt, bn_dx_rows, r0, r1, ld, c0, cw, dx, beta_dx, dy, x, mu, is, g, sdb, sdg,
+                   inv_m);
+}
+
 int tq_cpu_bn_bwd(tq_backend *be, tq_shape s, tq_dtype dt, void *dx, float beta_dx,
                   float *dgamma, float *dbeta, const void *dy, const void *x, const float *gamma,
                   const float *save_mean, const float *save_invstd, const void *relu_y,
@@ -356,23 +381,14 @@ int tq_cpu_bn_bwd(tq_backend *be, tq_shape s, tq_dtype dt, void *dx, float beta_
             sdg[j] = (float)(s1[j] * (double)is[j]);
         }
         load_affine(gamma, NULL, c0, cw, g, unused);
-        if (dx && relu_y) {
+        if (dx) {
             size_t nrb = (m + ROW_BLK - 1) / ROW_BLK;
             int par = (double)m * cw > TQ_PAR_MIN;
 #pragma omp parallel for num_threads(nt) schedule(static) if (par)
             for (size_t rb = 0; rb < nrb; rb++) {
                 size_t r0 = rb * ROW_BLK, r1 = r0 + ROW_BLK < m ? r0 + ROW_BLK : m;
-                TQ_DT_CALL(dt, bn_dx_relu_dispatch, r0, r1, C, c0, cw, dx, beta_dx, dy, x, relu_y,
-                           dres, beta_dres, mu, is, g, sdb, sdg, inv_m);
-            }
-        } else if (dx) {
-            size_t nrb = (m + ROW_BLK - 1) / ROW_BLK;
-            int par = (double)m * cw > TQ_PAR_MIN;
-#pragma omp parallel for num_threads(nt) schedule(static) if (par)
-            for (size_t rb = 0; rb < nrb; rb++) {
-                size_t r0 = rb * ROW_BLK, r1 = r0 + ROW_BLK < m ? r0 + ROW_BLK : m;
-                TQ_DT_CALL(dt, bn_dx_rows, r0, r1, C, c0, cw, dx, beta_dx, dy, x, mu, is, g, sdb,
-                           sdg, inv_m);
+                bn_dx_block(dt, r0, r1, C, c0, cw, dx, beta_dx, dy, x, relu_y, dres, beta_dres, mu,
+                            is, g, sdb, sdg, inv_m);
             }
         }
         for (int j = 0; j < cw; j++) {

@@ -52,13 +52,22 @@ static int pool_check(tq_backend *be, const char *op, tq_shape s, tq_dtype dt) {
     return TQ_OK;
 }
 
+/* one output row (fwd) or one pair of input rows (bwd): the hot loops of a cnn step in 16 bits
+ * (the conversions and selects), built for AVX-512 and AVX2 too, picked when the program loads
+ * (as cpu_bn.c's norm pass); integer and compare arithmetic, the same bits everywhere */
+__attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+static void maxpool_row(tq_dtype dt, tq_shape s, int img, int oh, void *y, const void *x,
+                        int relu) {
+    TQ_DT_CALL(dt, k_maxpool_row, s, img, oh, y, x, relu);
+}
+
 int tq_cpu_maxpool_fwd(tq_backend *be, tq_shape s, tq_dtype dt, void *y, const void *xp, int relu) {
     int rc = pool_check(be, "maxpool_fwd", s, dt);
     if (rc) return rc;
     int P = s.h / 2, nrow = s.n * P, nt = tq_cpu_nt(be);
     int par = tq_shape_numel(s) > TQ_PAR_MIN;
 #pragma omp parallel for num_threads(nt) schedule(static) if (par)
-    for (int t = 0; t < nrow; t++) TQ_DT_CALL(dt, k_maxpool_row, s, t / P, t % P, y, xp, relu);
+    for (int t = 0; t < nrow; t++) maxpool_row(dt, s, t / P, t % P, y, xp, relu);
     return TQ_OK;
 }
 
@@ -130,6 +139,12 @@ TQ_ALWAYS_INLINE void k_maxpool_bwd_rows(tq_dtype dt, tq_shape s, int img, int o
                 mix1(dt, dx, r0 + rr * rs + (size_t)(s.w - 1) * C + c, beta, 0.0f);
 }
 
+__attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+static void maxpool_bwd_rows(tq_dtype dt, tq_shape s, int img, int oh, void *dx, float beta,
+                             const void *dy, const void *x, int relu) {
+    TQ_DT_CALL(dt, k_maxpool_bwd_rows, s, img, oh, dx, beta, dy, x, relu);
+}
+
 int tq_cpu_maxpool_bwd(tq_backend *be, tq_shape s, tq_dtype dt, void *dx, float beta,
                        const void *dy, const void *xp, int relu) {
     int rc = pool_check(be, "maxpool_bwd", s, dt);
@@ -138,7 +153,7 @@ int tq_cpu_maxpool_bwd(tq_backend *be, tq_shape s, tq_dtype dt, void *dx, float 
     int par = tq_shape_numel(s) > TQ_PAR_MIN;
 #pragma omp parallel for num_threads(nt) schedule(static) if (par)
     for (int t = 0; t < nrow; t++)   /* relu a run-time select: one loop body per dtype */
-        TQ_DT_CALL(dt, k_maxpool_bwd_rows, s, t / P2, t % P2, dx, beta, dy, xp, relu);
+        maxpool_bwd_rows(dt, s, t / P2, t % P2, dx, beta, dy, xp, relu);
     return TQ_OK;
 }
 
