@@ -214,17 +214,6 @@ TQ_ALWAYS_INLINE void cvt_to_f32(tq_dtype dt, float *dst, const void *src, size_
     for (size_t i = 0; i < n; i++) dst[i] = tq_ld(src, dt, i0 + i);
 }
 
-/* dst[0..n) = (float) src[i0..i0+n), in parallel for large n. */
-static void to_f32(tq_backend *be, tq_dtype dt, float *dst, const void *src, size_t i0, size_t n) {
-    size_t nblk = (n + TQ_BLK - 1) / TQ_BLK;
-    int nt = tq_cpu_nt(be), par = n > TQ_PAR_MIN;
-#pragma omp parallel for num_threads(nt) schedule(static) if (par)
-    for (size_t b = 0; b < nblk; b++) {
-        size_t a = b * TQ_BLK, len = n - a < TQ_BLK ? n - a : TQ_BLK;
-        TQ_DT_CALL(dt, cvt_to_f32, dst + a, src, i0 + a, len);
-    }
-}
-
 /* cols rows [t0, t1) of the chunk starting at image n0 (row t = output pixel (i, p, q)). */
 TQ_ALWAYS_INLINE void im2col_rows(tq_dtype dt, const cgeom *g, const void *x, int n0, size_t t0,
                                   size_t t1, float *cols) {
@@ -384,7 +373,7 @@ static int conv_fwd_impl(tq_backend *be, const char *nm, const tq_conv_desc *d, 
     const int K = g.k, direct = dt == TQ_F32 && g.direct;
     float *wsf = ws;
     const float *W = dt == TQ_F32 ? (const float *)w : wsf + L.wf;
-    if (dt != TQ_F32) to_f32(be, dt, wsf + L.wf, w, 0, (size_t)K * g.rsc);
+    if (dt != TQ_F32) tq_cpu_cast(be, (size_t)K * g.rsc, TQ_F32, wsf + L.wf, dt, w);
     double flops = 2.0 * g.n * g.pq * K * g.rsc;
     if (L.img_par) {
 #pragma omp parallel num_threads(team(be, flops, L.T))
@@ -458,7 +447,7 @@ static void bwdd_tr(tq_backend *be, const cgeom *g, const clayout *L, tq_dtype d
     tr_geom(g, &t);
     float *Wt = wsf + L->wf;
     int kc = g->r == 1 && g->s == 1;
-    if (kc) to_f32(be, dt, Wt, w, 0, (size_t)g->k * g->c);
+    if (kc) tq_cpu_cast(be, (size_t)g->k * g->c, TQ_F32, Wt, dt, w);
     else TQ_DT_CALL(dt, flip_w, g, Wt, w);
     double flops = 2.0 * g->n * g->pq * g->k * g->rsc;
     if (L->img_par) {
@@ -513,7 +502,7 @@ static int conv_bwd_data_impl(tq_backend *be, const char *nm, const tq_conv_desc
     const int K = g.k, direct = dt == TQ_F32 && g.direct;
     float *wsf = ws;
     const float *W = dt == TQ_F32 ? (const float *)w : wsf + L.wf;
-    if (dt != TQ_F32) to_f32(be, dt, wsf + L.wf, w, 0, (size_t)K * g.rsc);
+    if (dt != TQ_F32) tq_cpu_cast(be, (size_t)K * g.rsc, TQ_F32, wsf + L.wf, dt, w);
     double flops = 2.0 * g.n * g.pq * K * g.rsc;
     if (L.img_par) {
 #pragma omp parallel num_threads(team(be, flops, L.T))
