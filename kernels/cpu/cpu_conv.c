@@ -172,15 +172,17 @@ static void layout(const cgeom *g, tq_dtype dt, int op, int nt, clayout *L) {
     L->bytes = f * sizeof(float);
 }
 
-/* the maximum over the three ops; convolutions (dnnl = 1) count oneDNN's requirement for each
- * op it runs, the im2col layout's for the others */
-static size_t conv_ws_impl(tq_backend *be, const tq_conv_desc *d, tq_dtype dt, int dnnl) {
+/* the maximum over the three ops: oneDNN's requirement for each op it runs (lin: the linear
+ * layer's inner products, else the convolution's), the im2col layout's for the others */
+static size_t conv_ws_impl(tq_backend *be, const tq_conv_desc *d, tq_dtype dt, int lin) {
     cgeom g;
     if (geom(be, "conv_ws", d, dt, &g)) return 0;
     size_t m = 0;
     for (int op = OP_FWD; op <= OP_BWD_FILTER; op++) {
         size_t b;
-        if (!(dnnl && tq_dnnl_conv_need(be, d, dt, op, &b))) {
+        int dn = lin ? tq_dnnl_linear_need(be, d->x.n, d->x.c, d->k, dt, op, &b)
+                     : tq_dnnl_conv_need(be, d, dt, op, &b);
+        if (!dn) {
             clayout L;
             layout(&g, dt, op, tq_cpu_nt(be), &L);
             b = L.bytes;
@@ -191,7 +193,7 @@ static size_t conv_ws_impl(tq_backend *be, const tq_conv_desc *d, tq_dtype dt, i
 }
 
 size_t tq_cpu_conv_ws(tq_backend *be, const tq_conv_desc *d, tq_dtype dt) {
-    return conv_ws_impl(be, d, dt, 1);
+    return conv_ws_impl(be, d, dt, 0);
 }
 
 static int get_layout(tq_backend *be, const char *opname, const tq_conv_desc *d, tq_dtype dt,
@@ -667,20 +669,35 @@ static tq_conv_desc lin_desc(int n, int in, int out) {
 
 size_t tq_cpu_linear_ws(tq_backend *be, int n, int in, int out, tq_dtype dt) {
     tq_conv_desc d = lin_desc(n, in, out);
-    return conv_ws_impl(be, &d, dt, 0);
+    return conv_ws_impl(be, &d, dt, 1);
 }
 int tq_cpu_linear_fwd(tq_backend *be, int n, int in, int out, tq_dtype dt, void *y, const void *x,
                       const void *w, const float *bias, void *ws, size_t ws_bytes) {
     tq_conv_desc d = lin_desc(n, in, out);
+    cgeom g;
+    if (!geom(be, "linear_fwd", &d, dt, &g)) {
+        int rc = tq_dnnl_linear_fwd(be, n, in, out, dt, y, x, w, bias, ws, ws_bytes);
+        if (rc != TQ_DNNL_NA) return rc;
+    }
     return conv_fwd_impl(be, "linear_fwd", &d, dt, y, x, w, bias, ws, ws_bytes);
 }
 int tq_cpu_linear_bwd_data(tq_backend *be, int n, int in, int out, tq_dtype dt, void *dx,
                            float beta, const void *dy, const void *w, void *ws, size_t ws_bytes) {
     tq_conv_desc d = lin_desc(n, in, out);
+    cgeom g;
+    if (!geom(be, "linear_bwd_data", &d, dt, &g)) {
+        int rc = tq_dnnl_linear_bwd_data(be, n, in, out, dt, dx, beta, dy, w, ws, ws_bytes);
+        if (rc != TQ_DNNL_NA) return rc;
+    }
     return conv_bwd_data_impl(be, "linear_bwd_data", &d, dt, dx, beta, dy, w, ws, ws_bytes);
 }
 int tq_cpu_linear_bwd_filter(tq_backend *be, int n, int in, int out, tq_dtype dt, float *dw,
                              float *db, const void *x, const void *dy, void *ws, size_t ws_bytes) {
     tq_conv_desc d = lin_desc(n, in, out);
+    cgeom g;
+    if (!geom(be, "linear_bwd_filter", &d, dt, &g)) {
+        int rc = tq_dnnl_linear_bwd_filter(be, n, in, out, dt, dw, db, x, dy, ws, ws_bytes);
+        if (rc != TQ_DNNL_NA) return rc;
+    }
     return conv_bwd_filter_impl(be, "linear_bwd_filter", &d, dt, dw, db, x, dy, ws, ws_bytes);
 }

@@ -68,6 +68,7 @@ enum { K_FWD, K_BWDD, K_BWDW, NKIND };
 typedef struct dconv {
     tq_conv_desc d;
     tq_dtype dt;                  /* f32 or bf16 */
+    int ip;                       /* an inner product (a linear layer: d is its 1×1 geometry) */
     int state[NKIND];             /* 0: not tried, 1: oneDNN, -1: im2col */
     dnnl_primitive_desc_t fpd;    /* the forward pd (hint for the backward ones) */
     /* fwd */
@@ -246,8 +247,20 @@ typedef struct {
 static dnnl_data_type_t dnnl_dt(tq_dtype dt) { return dt == TQ_BF16 ? dnnl_bf16 : dnnl_f32; }
 static size_t esize(tq_dtype dt) { return dt == TQ_F32 ? 4 : 2; }
 
-static int dgeom_init(const tq_conv_desc *d, tq_dtype dt, dgeom *g) {
+static int dgeom_init(const tq_conv_desc *d, tq_dtype dt, int ip, dgeom *g) {
     const dnnl_data_type_t t = dnnl_dt(dt);
+    if (ip) {   /* x [N][in], y [N][out], w [out][in] */
+        dnnl_dims_t xd = { d->x.n, d->x.c }, yd = { d->x.n, d->k }, wd = { d->k, d->x.c }, bd = { d->k };
+        g->p = g->q = 1;
+        return dnnl_memory_desc_init_by_tag(&g->x, 2, xd, t, dnnl_nc) != dnnl_success ||
+               dnnl_memory_desc_init_by_tag(&g->y, 2, yd, t, dnnl_nc) != dnnl_success ||
+               dnnl_memory_desc_init_by_tag(&g->wany, 2, wd, t, dnnl_format_tag_any) != dnnl_success ||
+               dnnl_memory_desc_init_by_tag(&g->wplain, 2, wd, t, dnnl_oi) != dnnl_success ||
+               dnnl_memory_desc_init_by_tag(&g->wany32, 2, wd, dnnl_f32, dnnl_format_tag_any) != dnnl_success ||
+               dnnl_memory_desc_init_by_tag(&g->wplain32, 2, wd, dnnl_f32, dnnl_oi) != dnnl_success ||
+               dnnl_memory_desc_init_by_tag(&g->b, 1, bd, dnnl_f32, dnnl_x) != dnnl_success
+                   ? -1 : 0;
+    }
     const int N = d->x.n, H = d->x.h, W = d->x.w, C = d->x.c, K = d->k, R = d->r, S = d->s;
     g->p = tq_conv_out(H, R, d->stride, d->pad);
     g->q = tq_conv_out(W, S, d->stride, d->pad);
@@ -271,13 +284,35 @@ static const dnnl_memory_desc_t *pd_md(const_dnnl_primitive_desc_t pd, int arg) 
     return dnnl_primitive_desc_query_md(pd, dnnl_query_exec_arg_md, arg);
 }
 
+/* the operation descriptor of a kind: a convolution's, or an inner product's (c->ip) */
+typedef union { dnnl_convolution_desc_t conv; dnnl_inner_product_desc_t ip; } opdesc;
+
+static int op_desc(const dconv *c, const dgeom *g, int kind, opdesc *od) {
+    dnnl_status_t st;
+    if (c->ip)
+        st = kind == K_FWD ? dnnl_inner_product_forward_desc_init(&od->ip, dnnl_forward_training, &g->x,
+                                                                  &g->wany, &g->b, &g->y)
+           : kind == K_BWDD ? dnnl_inner_product_backward_data_desc_init(&od->ip, &g->x, &g->wany, &g->y)
+                            : dnnl_inner_product_backward_weights_desc_init(&od->ip, &g->x, &g->wany32,
+                                                                            &g->b, &g->y);
+    else
+        st = kind == K_FWD
+                 ? dnnl_convolution_forward_desc_init(&od->conv, dnnl_forward_training,
+                                                      dnnl_convolution_direct, &g->x, &g->wany, &g->b,
+                                                      &g->y, g->st, g->pl, g->pr)
+             : kind == K_BWDD
+                 ? dnnl_convolution_backward_data_desc_init(&od->conv, dnnl_convolution_direct, &g->x,
+                                                            &g->wany, &g->y, g->st, g->pl, g->pr)
+                 : dnnl_convolution_backward_weights_desc_init(&od->conv, dnnl_convolution_direct,
+                                                               &g->x, &g->wany32, &g->b, &g->y,
+                                                               g->st, g->pl, g->pr);
+    return st == dnnl_success ? 0 : -1;
+}
+
 static int make_fpd(tq_dnnl *D, dconv *c, const dgeom *g) {
     if (c->fpd) return 0;
-    dnnl_convolution_desc_t cd;
-    if (dnnl_convolution_forward_desc_init(&cd, dnnl_forward_training, dnnl_convolution_direct,
-                                           &g->x, &g->wany, &g->b, &g->y, g->st, g->pl,
-                                           g->pr) != dnnl_success)
-        return -1;
+    opdesc cd;
+    if (op_desc(c, g, K_FWD, &cd)) return -1;
     dnnl_primitive_attr_t at = make_attr(0.0f);
     if (!at) return -1;
     dnnl_status_t st = dnnl_primitive_desc_create(&c->fpd, &cd, at, D->eng, NULL);
@@ -401,10 +436,8 @@ static int make_tr(tq_dnnl *D, dconv *c) {
 
 static int make_bwdd(tq_dnnl *D, dconv *c, const dgeom *g) {
     if (make_fpd(D, c, g)) return -1;
-    dnnl_convolution_desc_t cd;
-    if (dnnl_convolution_backward_data_desc_init(&cd, dnnl_convolution_direct, &g->x, &g->wany,
-                                                 &g->y, g->st, g->pl, g->pr) != dnnl_success)
-        return -1;
+    opdesc cd;
+    if (op_desc(c, g, K_BWDD, &cd)) return -1;
     dnnl_primitive_attr_t at = make_attr(0.0f);
     if (!at) return -1;
     dnnl_primitive_desc_t pd = NULL;
@@ -416,17 +449,14 @@ static int make_bwdd(tq_dnnl *D, dconv *c, const dgeom *g) {
              reorder_make(D, &c->b_wr, &g->wplain, pd_md(pd, DNNL_ARG_WEIGHTS), 0, &c->b_wb);
     dnnl_primitive_desc_destroy(pd);
     if (rc) return -1;
-    c->tr = make_tr(D, c) == 0;
+    c->tr = !c->ip && make_tr(D, c) == 0;
     return 0;
 }
 
 static int make_bwdw(tq_dnnl *D, dconv *c, const dgeom *g) {
     if (make_fpd(D, c, g)) return -1;
-    dnnl_convolution_desc_t cd;
-    if (dnnl_convolution_backward_weights_desc_init(&cd, dnnl_convolution_direct, &g->x,
-                                                    &g->wany32, &g->b, &g->y, g->st, g->pl,
-                                                    g->pr) != dnnl_success)
-        return -1;
+    opdesc cd;
+    if (op_desc(c, g, K_BWDW, &cd)) return -1;
     dnnl_primitive_attr_t at = make_attr(0.0f);
     if (!at) return -1;
     dnnl_primitive_desc_t pd = NULL;
@@ -450,25 +480,26 @@ static int same_desc(const tq_conv_desc *a, const tq_conv_desc *b) {
 }
 
 /* the entry for (d, dt) with `kind` ready, or NULL: the im2col path runs it */
-static dconv *lookup(tq_backend *be, const tq_conv_desc *d, tq_dtype dt, int kind,
+static dconv *lookup(tq_backend *be, const tq_conv_desc *d, tq_dtype dt, int ip, int kind,
                      tq_dnnl **Dp) {
     if (dt != TQ_F32 && dt != TQ_BF16) return NULL;
     tq_dnnl *D = get_ctx(be);
     if (!D) return NULL;
     dconv *c = D->list;
-    while (c && !(c->dt == dt && same_desc(&c->d, d))) c = c->next;
+    while (c && !(c->dt == dt && c->ip == ip && same_desc(&c->d, d))) c = c->next;
     if (!c) {
         c = calloc(1, sizeof *c);
         if (!c) return NULL;
         c->d = *d;
         c->dt = dt;
+        c->ip = ip;
         c->next = D->list;
         D->list = c;
     }
     if (c->state[kind] == 0) {
         set_threads(be);
         dgeom g;
-        int rc = dgeom_init(d, dt, &g);
+        int rc = dgeom_init(d, dt, ip, &g);
         if (!rc) rc = kind == K_FWD ? make_fwd(D, c, &g) : kind == K_BWDD ? make_bwdd(D, c, &g)
                                                                            : make_bwdw(D, c, &g);
         c->state[kind] = rc ? -1 : 1;
@@ -479,10 +510,10 @@ static dconv *lookup(tq_backend *be, const tq_conv_desc *d, tq_dtype dt, int kin
     return c;
 }
 
-static int need_direct(tq_backend *be, const tq_conv_desc *d, tq_dtype dt, int kind,
+static int need_direct(tq_backend *be, const tq_conv_desc *d, tq_dtype dt, int ip, int kind,
                        size_t *bytes) {
     tq_dnnl *D;
-    dconv *c = lookup(be, d, dt, kind, &D);
+    dconv *c = lookup(be, d, dt, ip, kind, &D);
     if (!c) return 0;
     *bytes = need_of(c, kind);
     return 1;
@@ -501,11 +532,11 @@ static unsigned char *ws_base(tq_backend *be, const char *op, void *ws, size_t w
 
 /* ---- the ops ---- */
 
-static int fwd_direct(tq_backend *be, const tq_conv_desc *d, tq_dtype dt, void *y, const void *x,
-                      const void *w, const float *bias, void *ws, size_t ws_bytes) {
-    const char *op = "conv_fwd";
+static int fwd_direct(tq_backend *be, const tq_conv_desc *d, tq_dtype dt, int ip, void *y,
+                      const void *x, const void *w, const float *bias, void *ws, size_t ws_bytes) {
+    const char *op = ip ? "linear_fwd" : "conv_fwd";
     tq_dnnl *D;
-    dconv *c = lookup(be, d, dt, K_FWD, &D);
+    dconv *c = lookup(be, d, dt, ip, K_FWD, &D);
     if (!c) return TQ_DNNL_NA;
     unsigned char *base = ws_base(be, op, ws, ws_bytes, need_of(c, K_FWD));
     if (!base) return TQ_EINVAL;
@@ -560,11 +591,11 @@ static void scale(tq_backend *be, tq_dtype dt, void *dx, size_t n, float beta) {
     for (size_t i = 0; i < n; i++) tq_st(dx, dt, i, beta * tq_ld(dx, dt, i));
 }
 
-static int bwdd_direct(tq_backend *be, const tq_conv_desc *d, tq_dtype dt, void *dx, float beta,
-                       const void *dy, const void *w, void *ws, size_t ws_bytes) {
-    const char *op = "conv_bwd_data";
+static int bwdd_direct(tq_backend *be, const tq_conv_desc *d, tq_dtype dt, int ip, void *dx,
+                       float beta, const void *dy, const void *w, void *ws, size_t ws_bytes) {
+    const char *op = ip ? "linear_bwd_data" : "conv_bwd_data";
     tq_dnnl *D;
-    dconv *c = lookup(be, d, dt, K_BWDD, &D);
+    dconv *c = lookup(be, d, dt, ip, K_BWDD, &D);
     if (!c) return TQ_DNNL_NA;
     unsigned char *base = ws_base(be, op, ws, ws_bytes, need_of(c, K_BWDD));
     if (!base) return TQ_EINVAL;
@@ -604,11 +635,11 @@ static int bwdd_direct(tq_backend *be, const tq_conv_desc *d, tq_dtype dt, void 
     return tq_cpu_accumulate(be, nx_of(c), dt, dx, beta, t);
 }
 
-static int bwdw_direct(tq_backend *be, const tq_conv_desc *d, tq_dtype dt, float *dw,
+static int bwdw_direct(tq_backend *be, const tq_conv_desc *d, tq_dtype dt, int ip, float *dw,
                        float *db, const void *x, const void *dy, void *ws, size_t ws_bytes) {
-    const char *op = "conv_bwd_filter";
+    const char *op = ip ? "linear_bwd_filter" : "conv_bwd_filter";
     tq_dnnl *D;
-    dconv *c = lookup(be, d, dt, K_BWDW, &D);
+    dconv *c = lookup(be, d, dt, ip, K_BWDW, &D);
     if (!c) return TQ_DNNL_NA;
     unsigned char *base = ws_base(be, op, ws, ws_bytes, need_of(c, K_BWDW));
     if (!base) return TQ_EINVAL;
@@ -661,8 +692,8 @@ static void f16_plan(const tq_conv_desc *d, f16plan *p) {
  * base; 0 when oneDNN does not run both chunk descriptors */
 static int f16_need(tq_backend *be, const f16plan *p, int kind, size_t *own, size_t *bytes) {
     size_t a = 0, b = 0;
-    if (!need_direct(be, &p->full, TQ_F32, kind, &a)) return 0;
-    if (p->nlast && !need_direct(be, &p->last, TQ_F32, kind, &b)) return 0;
+    if (!need_direct(be, &p->full, TQ_F32, 0, kind, &a)) return 0;
+    if (p->nlast && !need_direct(be, &p->last, TQ_F32, 0, kind, &b)) return 0;
     *own = up64(p->nw * 4) + up64((size_t)p->nb * p->nx1 * 4) + up64((size_t)p->nb * p->ny1 * 4);
     *bytes = 64 + *own + mx(a, b);
     return 1;
@@ -729,17 +760,17 @@ static int f16_op(tq_backend *be, int kind, const tq_conv_desc *d, const f16args
         const tq_conv_desc *dc = chunk_at(&p, d->x.n, n0, &nb);
         if (kind == K_FWD) {   /* x → W.x, conv into W.y, W.y → y */
             if (!(rc = chunk_in(be, W.x, a->x, n0, nb, p.nx1)) &&
-                !(rc = fwd_direct(be, dc, TQ_F32, W.y, W.x, W.w, a->bias, W.inner, W.inner_bytes)))
+                !(rc = fwd_direct(be, dc, TQ_F32, 0, W.y, W.x, W.w, a->bias, W.inner, W.inner_bytes)))
                 rc = chunk_out(be, a->y, W.y, n0, nb, p.ny1);
         } else if (kind == K_BWDD) {   /* dy → W.y, (dx → W.x,) conv_bwd into W.x, W.x → dx */
             if (!(rc = chunk_in(be, W.y, a->dy, n0, nb, p.ny1)) &&
                 !(rc = a->beta != 0.0f ? chunk_in(be, W.x, a->dx, n0, nb, p.nx1) : TQ_OK) &&
-                !(rc = bwdd_direct(be, dc, TQ_F32, W.x, a->beta, W.y, W.w, W.inner, W.inner_bytes)))
+                !(rc = bwdd_direct(be, dc, TQ_F32, 0, W.x, a->beta, W.y, W.w, W.inner, W.inner_bytes)))
                 rc = chunk_out(be, a->dx, W.x, n0, nb, p.nx1);
         } else {               /* x → W.x, dy → W.y, dw and db accumulate */
             if (!(rc = chunk_in(be, W.x, a->x, n0, nb, p.nx1)) &&
                 !(rc = chunk_in(be, W.y, a->dy, n0, nb, p.ny1)))
-                rc = bwdw_direct(be, dc, TQ_F32, a->dw, a->db, W.x, W.y, W.inner, W.inner_bytes);
+                rc = bwdw_direct(be, dc, TQ_F32, 0, a->dw, a->db, W.x, W.y, W.inner, W.inner_bytes);
         }
     }
     return rc;
@@ -749,7 +780,7 @@ static int f16_op(tq_backend *be, int kind, const tq_conv_desc *d, const f16args
 
 int tq_dnnl_conv_need(tq_backend *be, const tq_conv_desc *d, tq_dtype dt, int kind,
                       size_t *bytes) {
-    if (dt != TQ_F16) return need_direct(be, d, dt, kind, bytes);
+    if (dt != TQ_F16) return need_direct(be, d, dt, 0, kind, bytes);
     f16plan p;
     size_t own;
     f16_plan(d, &p);
@@ -762,7 +793,7 @@ int tq_dnnl_conv_fwd(tq_backend *be, const tq_conv_desc *d, tq_dtype dt, void *y
         f16args a = { .y = y, .x = x, .w = w, .bias = bias };
         return f16_op(be, K_FWD, d, &a, ws, ws_bytes);
     }
-    return fwd_direct(be, d, dt, y, x, w, bias, ws, ws_bytes);
+    return fwd_direct(be, d, dt, 0, y, x, w, bias, ws, ws_bytes);
 }
 
 int tq_dnnl_conv_bwd_data(tq_backend *be, const tq_conv_desc *d, tq_dtype dt, void *dx,
@@ -771,7 +802,7 @@ int tq_dnnl_conv_bwd_data(tq_backend *be, const tq_conv_desc *d, tq_dtype dt, vo
         f16args a = { .dx = dx, .dy = dy, .w = w, .beta = beta };
         return f16_op(be, K_BWDD, d, &a, ws, ws_bytes);
     }
-    return bwdd_direct(be, d, dt, dx, beta, dy, w, ws, ws_bytes);
+    return bwdd_direct(be, d, dt, 0, dx, beta, dy, w, ws, ws_bytes);
 }
 
 int tq_dnnl_conv_bwd_filter(tq_backend *be, const tq_conv_desc *d, tq_dtype dt, float *dw,
@@ -781,5 +812,45 @@ int tq_dnnl_conv_bwd_filter(tq_backend *be, const tq_conv_desc *d, tq_dtype dt, 
         f16args a = { .x = x, .dy = dy, .dw = dw, .db = db };
         return f16_op(be, K_BWDW, d, &a, ws, ws_bytes);
     }
-    return bwdw_direct(be, d, dt, dw, db, x, dy, ws, ws_bytes);
+    return bwdw_direct(be, d, dt, 0, dw, db, x, dy, ws, ws_bytes);
+}
+
+/* ---- linear layers: bf16 inner products (f32 and f16 stay on OpenBLAS, cpu_conv.c) ----
+ *
+ * The same cache, workspace layouts and ops as a convolution's, with inner-product primitives
+ * (x [n][in], w [out][in], y [n][out]); d is the layer's 1×1 geometry, d.x = (n, 1, 1, in). A
+ * bf16 linear layer's GEMMs then run on oneDNN's bf16 kernels (AMX where the CPU has it)
+ * instead of an f32 SGEMM on converted copies. */
+
+static tq_conv_desc ip_desc(int n, int in, int out) {
+    tq_conv_desc d = { { n, 1, 1, in }, out, 1, 1, 1, 0 };
+    return d;
+}
+
+int tq_dnnl_linear_need(tq_backend *be, int n, int in, int out, tq_dtype dt, int kind,
+                        size_t *bytes) {
+    tq_conv_desc d = ip_desc(n, in, out);
+    return dt == TQ_BF16 && need_direct(be, &d, dt, 1, kind, bytes);
+}
+
+int tq_dnnl_linear_fwd(tq_backend *be, int n, int in, int out, tq_dtype dt, void *y,
+                       const void *x, const void *w, const float *bias, void *ws, size_t ws_bytes) {
+    if (dt != TQ_BF16) return TQ_DNNL_NA;
+    tq_conv_desc d = ip_desc(n, in, out);
+    return fwd_direct(be, &d, dt, 1, y, x, w, bias, ws, ws_bytes);
+}
+
+int tq_dnnl_linear_bwd_data(tq_backend *be, int n, int in, int out, tq_dtype dt, void *dx,
+                            float beta, const void *dy, const void *w, void *ws, size_t ws_bytes) {
+    if (dt != TQ_BF16) return TQ_DNNL_NA;
+    tq_conv_desc d = ip_desc(n, in, out);
+    return bwdd_direct(be, &d, dt, 1, dx, beta, dy, w, ws, ws_bytes);
+}
+
+int tq_dnnl_linear_bwd_filter(tq_backend *be, int n, int in, int out, tq_dtype dt, float *dw,
+                              float *db, const void *x, const void *dy, void *ws,
+                              size_t ws_bytes) {
+    if (dt != TQ_BF16) return TQ_DNNL_NA;
+    tq_conv_desc d = ip_desc(n, in, out);
+    return bwdw_direct(be, &d, dt, 1, dw, db, x, dy, ws, ws_bytes);
 }

@@ -78,6 +78,17 @@ int tq_dnnl_conv_bwd_data(tq_backend *, const tq_conv_desc *, tq_dtype dt, void 
 int tq_dnnl_conv_bwd_filter(tq_backend *, const tq_conv_desc *, tq_dtype dt, float *dw,
                             float *db, const void *x, const void *dy, void *ws,
                             size_t ws_bytes);
+/* bf16 linear layers through oneDNN inner products (cpu_dnnl.c); the same conventions, kind
+ * included */
+int tq_dnnl_linear_need(tq_backend *, int n, int in, int out, tq_dtype dt, int kind,
+                        size_t *bytes);
+int tq_dnnl_linear_fwd(tq_backend *, int n, int in, int out, tq_dtype dt, void *y, const void *x,
+                       const void *w, const float *bias, void *ws, size_t ws_bytes);
+int tq_dnnl_linear_bwd_data(tq_backend *, int n, int in, int out, tq_dtype dt, void *dx,
+                            float beta, const void *dy, const void *w, void *ws, size_t ws_bytes);
+int tq_dnnl_linear_bwd_filter(tq_backend *, int n, int in, int out, tq_dtype dt, float *dw,
+                              float *db, const void *x, const void *dy, void *ws,
+                              size_t ws_bytes);
 void tq_dnnl_free(tq_dnnl *);
 
 /* convolution and linear: cpu_conv.c */
