@@ -39,7 +39,8 @@
  * rounds the outputs to nearest even, as the im2col path does); bias, dw, db always f32. f16
  * runs the f32 primitives on f32 copies of a few images at a time (the end of this file):
  * oneDNN 2.6 has no f16 convolutions on CPUs without AVX512-FP16, and where it has them their
- * accumulation is not ours to check. Linear layers stay on OpenBLAS (cpu_conv.c). A CPU
+ * accumulation is not ours to check. bf16 linear layers run inner products through the same
+ * machinery (the end of this file); f32 and f16 ones stay on OpenBLAS (cpu_conv.c). A CPU
  * without bf16 support in oneDNN fails the primitive creation: im2col again.
  *
  * TQ_CPU_DNNL=0 in the environment (read when the backend first needs oneDNN) turns this off:
@@ -247,37 +248,38 @@ typedef struct {
 static dnnl_data_type_t dnnl_dt(tq_dtype dt) { return dt == TQ_BF16 ? dnnl_bf16 : dnnl_f32; }
 static size_t esize(tq_dtype dt) { return dt == TQ_F32 ? 4 : 2; }
 
+/* x, y (tag xy), the weights any / plain (tag wt) in t and in f32, the bias: nd-dimensional */
+static int init_mds(dgeom *g, int nd, const dnnl_dims_t xd, const dnnl_dims_t yd,
+                    const dnnl_dims_t wd, int K, dnnl_data_type_t t, dnnl_format_tag_t xy,
+                    dnnl_format_tag_t wt) {
+    dnnl_dims_t bd = { K };
+    return dnnl_memory_desc_init_by_tag(&g->x, nd, xd, t, xy) != dnnl_success ||
+           dnnl_memory_desc_init_by_tag(&g->y, nd, yd, t, xy) != dnnl_success ||
+           dnnl_memory_desc_init_by_tag(&g->wany, nd, wd, t, dnnl_format_tag_any) != dnnl_success ||
+           dnnl_memory_desc_init_by_tag(&g->wplain, nd, wd, t, wt) != dnnl_success ||
+           dnnl_memory_desc_init_by_tag(&g->wany32, nd, wd, dnnl_f32, dnnl_format_tag_any) != dnnl_success ||
+           dnnl_memory_desc_init_by_tag(&g->wplain32, nd, wd, dnnl_f32, wt) != dnnl_success ||
+           dnnl_memory_desc_init_by_tag(&g->b, 1, bd, dnnl_f32, dnnl_x) != dnnl_success
+               ? -1 : 0;
+}
+
 static int dgeom_init(const tq_conv_desc *d, tq_dtype dt, int ip, dgeom *g) {
     const dnnl_data_type_t t = dnnl_dt(dt);
-    if (ip) {   /* x [N][in], y [N][out], w [out][in] */
-        dnnl_dims_t xd = { d->x.n, d->x.c }, yd = { d->x.n, d->k }, wd = { d->k, d->x.c }, bd = { d->k };
-        g->p = g->q = 1;
-        return dnnl_memory_desc_init_by_tag(&g->x, 2, xd, t, dnnl_nc) != dnnl_success ||
-               dnnl_memory_desc_init_by_tag(&g->y, 2, yd, t, dnnl_nc) != dnnl_success ||
-               dnnl_memory_desc_init_by_tag(&g->wany, 2, wd, t, dnnl_format_tag_any) != dnnl_success ||
-               dnnl_memory_desc_init_by_tag(&g->wplain, 2, wd, t, dnnl_oi) != dnnl_success ||
-               dnnl_memory_desc_init_by_tag(&g->wany32, 2, wd, dnnl_f32, dnnl_format_tag_any) != dnnl_success ||
-               dnnl_memory_desc_init_by_tag(&g->wplain32, 2, wd, dnnl_f32, dnnl_oi) != dnnl_success ||
-               dnnl_memory_desc_init_by_tag(&g->b, 1, bd, dnnl_f32, dnnl_x) != dnnl_success
-                   ? -1 : 0;
-    }
     const int N = d->x.n, H = d->x.h, W = d->x.w, C = d->x.c, K = d->k, R = d->r, S = d->s;
+    if (ip) {   /* x [N][in], y [N][out], w [out][in] */
+        dnnl_dims_t xd = { N, C }, yd = { N, K }, wd = { K, C };
+        g->p = g->q = 1;
+        return init_mds(g, 2, xd, yd, wd, K, t, dnnl_nc, dnnl_oi);
+    }
     g->p = tq_conv_out(H, R, d->stride, d->pad);
     g->q = tq_conv_out(W, S, d->stride, d->pad);
-    dnnl_dims_t xd = { N, C, H, W }, yd = { N, K, g->p, g->q }, wd = { K, C, R, S }, bd = { K };
+    dnnl_dims_t xd = { N, C, H, W }, yd = { N, K, g->p, g->q }, wd = { K, C, R, S };
     g->st[0] = g->st[1] = d->stride;
     g->pl[0] = g->pl[1] = d->pad;
     /* the right padding that gives exactly P×Q (floor division may leave input unused) */
     g->pr[0] = (dnnl_dim_t)(g->p - 1) * d->stride + R - H - d->pad;
     g->pr[1] = (dnnl_dim_t)(g->q - 1) * d->stride + S - W - d->pad;
-    return dnnl_memory_desc_init_by_tag(&g->x, 4, xd, t, dnnl_nhwc) != dnnl_success ||
-           dnnl_memory_desc_init_by_tag(&g->y, 4, yd, t, dnnl_nhwc) != dnnl_success ||
-           dnnl_memory_desc_init_by_tag(&g->wany, 4, wd, t, dnnl_format_tag_any) != dnnl_success ||
-           dnnl_memory_desc_init_by_tag(&g->wplain, 4, wd, t, dnnl_ohwi) != dnnl_success ||
-           dnnl_memory_desc_init_by_tag(&g->wany32, 4, wd, dnnl_f32, dnnl_format_tag_any) != dnnl_success ||
-           dnnl_memory_desc_init_by_tag(&g->wplain32, 4, wd, dnnl_f32, dnnl_ohwi) != dnnl_success ||
-           dnnl_memory_desc_init_by_tag(&g->b, 1, bd, dnnl_f32, dnnl_x) != dnnl_success
-               ? -1 : 0;
+    return init_mds(g, 4, xd, yd, wd, K, t, dnnl_nhwc, dnnl_ohwi);
 }
 
 static const dnnl_memory_desc_t *pd_md(const_dnnl_primitive_desc_t pd, int arg) {
