@@ -270,43 +270,21 @@ int tq_cpu_bn_norm(tq_backend *be, tq_shape s, tq_dtype dt, void *y, const void 
     return norm_with(be, "bn_norm", s, dt, y, x, res, gamma, beta, mean, invstd, -1.0f, relu);
 }
 
-/* dx over rows [r0,r1) of a channel window, given this batch's per-channel sums. */
-TQ_ALWAYS_INLINE void bn_dx_rows(tq_dtype dt, size_t r0, size_t r1, size_t ld, size_t c0,
-                                 int cw, void *dx, float beta_dx, const void *dy, const void *x,
-                                 const float *mu, const float *is, const float *g,
+/* dx over rows [r0,r1) of a channel window, given this batch's per-channel sums:
+ * dx = bn_dx(g) (+ beta_dx·dx when acc), g = dy, or with mask, relu_bwd(dy) behind a ReLU whose
+ * output is ry; with res 1 the add's other gradient dres = g, with res 2 g + beta_res·dres.
+ * acc, mask and res are literals (one loop each, every load unconditional: a conditional load
+ * keeps GCC from vectorising). */
+TQ_ALWAYS_INLINE void bn_dx_rows(tq_dtype dt, int acc, int mask, int res, size_t r0, size_t r1,
+                                 size_t ld, size_t c0, int cw, void *dx, float beta_dx,
+                                 const void *dy, const void *x, const void *ry, void *dres,
+                                 float beta_res, const float *mu, const float *is, const float *g,
                                  const float *sdb, const float *sdg, float inv_m) {
     for (size_t r = r0; r < r1; r++) {
         size_t base = r * ld + c0;
-        if (beta_dx == 0.0f)
-            TQ_SIMD(dt, for (int j = 0; j < cw; j++) {
-                float xh = (tq_ld(x, dt, base + j) - mu[j]) * is[j];
-                tq_st(dx, dt, base + j,
-                      tq_bn_dx(tq_ld(dy, dt, base + j), xh, g[j], is[j], sdb[j], sdg[j], inv_m));
-            });
-        else
-            TQ_SIMD(dt, for (int j = 0; j < cw; j++) {
-                float xh = (tq_ld(x, dt, base + j) - mu[j]) * is[j];
-                float v = tq_bn_dx(tq_ld(dy, dt, base + j), xh, g[j], is[j], sdb[j], sdg[j], inv_m);
-                tq_st(dx, dt, base + j, v + beta_dx * tq_ld(dx, dt, base + j));
-            });
-    }
-}
-
-/* The same behind a ReLU (relu_y: its output), with the add's other gradient (dres) written
- * from the masked dy too: dx = bn_dx(relu_bwd(dy)) (+ beta_dx·dx when acc), and with res 1,
- * dres = relu_bwd(dy), with res 2, + beta_res·dres. acc and res are literals (one loop each,
- * every load unconditional: a conditional load keeps GCC from vectorising). */
-TQ_ALWAYS_INLINE void bn_dx_relu_rows(tq_dtype dt, int acc, int res, size_t r0, size_t r1,
-                                      size_t ld, size_t c0, int cw, void *dx, float beta_dx,
-                                      const void *dy, const void *x, const void *ry, void *dres,
-                                      float beta_res, const float *mu, const float *is,
-                                      const float *g, const float *sdb, const float *sdg,
-                                      float inv_m) {
-    for (size_t r = r0; r < r1; r++) {
-        size_t base = r * ld + c0;
         TQ_SIMD(dt, for (int j = 0; j < cw; j++) {
-            float gv = tq_ld(dy, dt, base + j), yv = tq_ld(ry, dt, base + j);
-            gv = yv <= 0.0f ? 0.0f : gv;
+            float gv = tq_ld(dy, dt, base + j);
+            if (mask) gv = tq_ld(ry, dt, base + j) <= 0.0f ? 0.0f : gv;
             float xh = (tq_ld(x, dt, base + j) - mu[j]) * is[j];
             float v = tq_bn_dx(gv, xh, g[j], is[j], sdb[j], sdg[j], inv_m);
             if (acc) v = v + beta_dx * tq_ld(dx, dt, base + j);
@@ -316,40 +294,26 @@ TQ_ALWAYS_INLINE void bn_dx_relu_rows(tq_dtype dt, int acc, int res, size_t r0, 
         });
     }
 }
-/* bn_dx_relu_rows with (acc, res) as literals */
-TQ_ALWAYS_INLINE void bn_dx_relu_dispatch(tq_dtype dt, size_t r0, size_t r1, size_t ld,
-                                          size_t c0, int cw, void *dx, float beta_dx,
-                                          const void *dy, const void *x, const void *ry,
-                                          void *dres, float beta_res, const float *mu,
-                                          const float *is, const float *g, const float *sdb,
-                                          const float *sdg, float inv_m) {
-    int acc = beta_dx != 0.0f, res = !dres ? 0 : beta_res != 0.0f ? 2 : 1;
-#define BN_DX_RELU_ARGS r0, r1, ld, c0, cw, dx, beta_dx, dy, x, ry, dres, beta_res, mu, is, g, sdb, sdg, inv_m
-    if (acc) {
-        if (res == 0) bn_dx_relu_rows(dt, 1, 0, BN_DX_RELU_ARGS);
-        else if (res == 1) bn_dx_relu_rows(dt, 1, 1, BN_DX_RELU_ARGS);
-        else bn_dx_relu_rows(dt, 1, 2, BN_DX_RELU_ARGS);
-    } else {
-        if (res == 0) bn_dx_relu_rows(dt, 0, 0, BN_DX_RELU_ARGS);
-        else if (res == 1) bn_dx_relu_rows(dt, 0, 1, BN_DX_RELU_ARGS);
-        else bn_dx_relu_rows(dt, 0, 2, BN_DX_RELU_ARGS);
-    }
-#undef BN_DX_RELU_ARGS
-}
 
-/* the dx pass over rows [r0, r1), behind a ReLU when ry is given; built for AVX-512 and AVX2
- * too, like the norm pass */
+/* the dx pass over rows [r0, r1), behind a ReLU when ry is given (dres only then); built for
+ * AVX-512 and AVX2 too, like the norm pass */
 __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 static void bn_dx_block(tq_dtype dt, size_t r0, size_t r1, size_t ld, size_t c0, int cw, void *dx,
                         float beta_dx, const void *dy, const void *x, const void *ry, void *dres,
                         float beta_res, const float *mu, const float *is, const float *g,
                         const float *sdb, const float *sdg, float inv_m) {
-    if (ry)
-        TQ_DT_CALL(dt, bn_dx_relu_dispatch, r0, r1, ld, c0, cw, dx, beta_dx, dy, x, ry, dres,
-                   beta_res, mu, is, g, sdb, sdg, inv_m);
-    else
-        TQ_DT_CALL(dt, bn_dx_rows, r0, r1, ld, c0, cw, dx, beta_dx, dy, x, mu, is, g, sdb, sdg,
-                   inv_m);
+#define BN_DX(ACC, MASK, RES)                                                                 \
+    TQ_DT_CALL(dt, bn_dx_rows, ACC, MASK, RES, r0, r1, ld, c0, cw, dx, beta_dx, dy, x, ry, dres, \
+               beta_res, mu, is, g, sdb, sdg, inv_m)
+    int acc = beta_dx != 0.0f, res = !dres ? 0 : beta_res != 0.0f ? 2 : 1;
+    if (!ry) {
+        if (acc) BN_DX(1, 0, 0); else BN_DX(0, 0, 0);
+    } else if (acc) {
+        if (res == 0) BN_DX(1, 1, 0); else if (res == 1) BN_DX(1, 1, 1); else BN_DX(1, 1, 2);
+    } else {
+        if (res == 0) BN_DX(0, 1, 0); else if (res == 1) BN_DX(0, 1, 1); else BN_DX(0, 1, 2);
+    }
+#undef BN_DX
 }
 
 int tq_cpu_bn_bwd(tq_backend *be, tq_shape s, tq_dtype dt, void *dx, float beta_dx,
