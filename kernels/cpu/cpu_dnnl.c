@@ -692,11 +692,19 @@ static void f16_plan(const tq_conv_desc *d, f16plan *p) {
 
 /* workspace: [W f32 | X chunk f32 | Y chunk f32 | the chunk primitives' own] from the aligned
  * base; 0 when oneDNN does not run both chunk descriptors */
+/* the sections of [W f32 | X chunk f32 | Y chunk f32]: bwd_filter reads no weights */
+static void f16_sections(const f16plan *p, int kind, size_t *wb, size_t *xb, size_t *yb) {
+    *wb = kind == K_BWDW ? 0 : up64(p->nw * 4);
+    *xb = up64((size_t)p->nb * p->nx1 * 4);
+    *yb = up64((size_t)p->nb * p->ny1 * 4);
+}
+
 static int f16_need(tq_backend *be, const f16plan *p, int kind, size_t *own, size_t *bytes) {
-    size_t a = 0, b = 0;
+    size_t a = 0, b = 0, wb, xb, yb;
     if (!need_direct(be, &p->full, TQ_F32, 0, kind, &a)) return 0;
     if (p->nlast && !need_direct(be, &p->last, TQ_F32, 0, kind, &b)) return 0;
-    *own = up64(p->nw * 4) + up64((size_t)p->nb * p->nx1 * 4) + up64((size_t)p->nb * p->ny1 * 4);
+    f16_sections(p, kind, &wb, &xb, &yb);
+    *own = wb + xb + yb;
     *bytes = 64 + *own + mx(a, b);
     return 1;
 }
@@ -705,13 +713,14 @@ typedef struct { float *w, *x, *y; unsigned char *inner; size_t inner_bytes; } f
 
 static int f16_ws(tq_backend *be, const char *op, const f16plan *p, int kind, void *ws,
                   size_t ws_bytes, f16ws *W) {
-    size_t own, need;
+    size_t own, need, wb, xb, yb;
     if (!f16_need(be, p, kind, &own, &need)) return TQ_DNNL_NA;
     unsigned char *base = ws_base(be, op, ws, ws_bytes, need);
     if (!base) return TQ_EINVAL;
-    W->w = (float *)base;
-    W->x = (float *)(base + up64(p->nw * 4));
-    W->y = (float *)((unsigned char *)W->x + up64((size_t)p->nb * p->nx1 * 4));
+    f16_sections(p, kind, &wb, &xb, &yb);
+    W->w = wb ? (float *)base : NULL;
+    W->x = (float *)(base + wb);
+    W->y = (float *)(base + wb + xb);
     W->inner = base + own;
     W->inner_bytes = need - 64 - own;
     return TQ_OK;
