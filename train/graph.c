@@ -377,13 +377,15 @@ static void lifetimes(tq_graph *g) {
         tq_node *by = n->bwd_by >= 0 ? &g->nodes[n->bwd_by] : NULL;
         for (int j = 0; j < n->nin; j++) {
             int x = n->in[j];
-            if (by) {   /* a ReLU's or an add's backward done by a BN's: only the add's other input */
+            /* a ReLU's or an add's backward done by a BN's: only the add's other input, whose
+             * gradient that BN writes (bwd_res) */
+            if (by && x != by->bwd_res) { n->need_din[j] = 0; continue; }
+            if (x == g->labels || x == g->input) {
                 n->need_din[j] = 0;
-                if (x != by->bwd_res) continue;
-                if (x == g->input) { by->bwd_res = -1; continue; }
+                if (by) by->bwd_res = -1;
+                continue;
             }
-            if (x == g->labels || x == g->input) { n->need_din[j] = 0; continue; }
-            n->need_din[j] = 1;
+            n->need_din[j] = !by;
             tq_tensor *t = &g->tensors[x];
             if (t->grad < 0) {
                 tq_shape s = t->shape;
@@ -395,10 +397,7 @@ static void lifetimes(tq_graph *g) {
             } else {
                 n->din_beta[j] = 1.0f;
             }
-            if (by) {
-                by->dres_beta = n->din_beta[j];
-                n->need_din[j] = 0;
-            }
+            if (by) by->dres_beta = n->din_beta[j];
             extend(&g->tensors[t->grad], tq_bwd_time(g, by ? n->bwd_by : i));
         }
     }
