@@ -194,7 +194,8 @@ void tq_backend_seterr(tq_backend *, const char *fmt, ...);
 
 /* The CUDA backend (kernels/cuda; kernels/nocuda.c in a build without nvcc).
  * tq_cuda_backend_new: device ordinal `device`; `benchmark` = cudnn_benchmark (time the best
- * few cuDNN plans once per shape). NULL on failure with a one-line reason in why[]
+ * few cuDNN plans once per shape); `deterministic` = spec deterministic (only cuDNN engines
+ * that give the same bits every run: no atomics). NULL on failure with a one-line reason in why[]
  * (no driver, no device, ordinal out of range, out of memory, built without CUDA). */
 typedef struct {
     int ordinal;
@@ -205,7 +206,7 @@ typedef struct {
 int tq_cuda_built(void);                        /* 1 when this binary has the CUDA backend */
 /* Fills up to `max` entries; returns the device count (0 when none) or -1 with why[] set. */
 int tq_cuda_devices(tq_cuda_devinfo *out, int max, char *why, size_t why_len);
-tq_backend *tq_cuda_backend_new(int device, int benchmark, char *why, size_t why_len);
+tq_backend *tq_cuda_backend_new(int device, int benchmark, int deterministic, char *why, size_t why_len);
 const char *tq_cuda_backend_name(tq_backend *);  /* the GPU's name; NULL for other backends */
 
 #endif

@@ -89,6 +89,7 @@ void tq_spec_defaults(tq_spec *s) {
     s->checkpoint_every = 500;
     snprintf(s->device, sizeof s->device, "auto");
     s->cudnn_benchmark = 1;
+    s->deterministic = 1;
     s->recompute = 1;
     s->prune_amount = -1;
     s->quantize_int8 = 0;
@@ -478,7 +479,7 @@ static int parse_device(tq_spec *s, const cJSON *v, tq_spec_err *e) {
     X(epochs) X(optimizer) X(lr_schedule) X(loss_scale) X(seed) X(shuffle) X(augment)         \
     X(train_subset) X(eval_subset) X(eval_every) X(checkpoint_every) X(init_from) X(device)   \
     X(max_memory_mb) X(priority) X(submission_id) X(timeout_s) X(cudnn_benchmark) X(prune)    \
-    X(quantize) X(synthetic) X(threads) X(recompute)
+    X(quantize) X(synthetic) X(threads) X(recompute) X(deterministic)
 
 enum {
 #define X(n) F_##n,
@@ -556,6 +557,7 @@ static int parse_member(tq_spec *s, int f, const cJSON *v, tq_spec_err *e) {
         return get_int(e, fn, v, 1, INT_MAX_JSON / 1000, &s->timeout_s);
     case F_cudnn_benchmark: return get_bool(e, fn, v, &s->cudnn_benchmark);
     case F_recompute: return get_bool(e, fn, v, &s->recompute);
+    case F_deterministic: return get_bool(e, fn, v, &s->deterministic);
     case F_prune: return parse_prune(s, v, e);
     case F_quantize:
         if (cJSON_IsNull(v)) { s->quantize_int8 = 0; return TQ_SPEC_OK; }
@@ -758,6 +760,7 @@ char *tq_spec_to_json(const tq_spec *s) {
     }
     add_int(&b, r, "threads", s->threads);
     add_bool(&b, r, "recompute", s->recompute);
+    add_bool(&b, r, "deterministic", s->deterministic);
     char *text = b.ok ? cJSON_PrintUnformatted(r) : NULL;
     cJSON_Delete(r);
     return text;

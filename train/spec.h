@@ -55,6 +55,7 @@ typedef struct {
     char submission_id[129];          /* "" none */
     int64_t timeout_s;                /* 0 none */
     int cudnn_benchmark;              /* default 1 */
+    int deterministic;                /* default 1: GPU convolutions only on deterministic cuDNN engines */
     int recompute;                    /* default 1: regenerate ReLU outputs in the backward (graph.h) */
     double prune_amount;              /* < 0 none; 0…0.95 */
     int quantize_int8;                /* 0/1 */

@@ -262,7 +262,7 @@ static int open_backend(const tq_spec *sp, tq_backend **out, char *dev, size_t d
     if (strcmp(sp->device, "cpu")) {
         int ord = 0;
         if (!strncmp(sp->device, "cuda:", 5)) ord = atoi(sp->device + 5);
-        tq_backend *be = tq_cuda_backend_new(ord, sp->cudnn_benchmark, why, sizeof why);
+        tq_backend *be = tq_cuda_backend_new(ord, sp->cudnn_benchmark, sp->deterministic, why, sizeof why);
         if (be) {
             snprintf(dev, dl, "cuda:%d", ord);
             *out = be;

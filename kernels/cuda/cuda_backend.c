@@ -259,7 +259,7 @@ static const tq_backend_i cuda_iface = {
 
 const tq_backend_i *tqc_backend_iface(void) { return &cuda_iface; }
 
-tq_backend *tq_cuda_backend_new(int device, int benchmark, char *why, size_t why_len) {
+tq_backend *tq_cuda_backend_new(int device, int benchmark, int deterministic, char *why, size_t why_len) {
     char tmp[256];
     if (!why) { why = tmp; why_len = sizeof tmp; }
     int count = 0;
@@ -283,6 +283,7 @@ tq_backend *tq_cuda_backend_new(int device, int benchmark, char *why, size_t why
     tqc_ctx *c = &f->c;
     c->device = device;
     c->benchmark = benchmark;
+    c->deterministic = deterministic;
     struct cudaDeviceProp p;
     const char *step = "cudaSetDevice";
     if ((e = cudaSetDevice(device)) != cudaSuccess) goto cuda_fail;

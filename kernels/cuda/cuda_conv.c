@@ -15,6 +15,13 @@
  *              (NVRTC at plan time: slow and needs libnvrtc), and for f32 no TENSOR_CORE;
  *     relaxed (only when strict finds nothing): no DOWN_CONVERT_INPUTS, and for f32 no
  *              TENSOR_CORE.
+ *   With ctx->deterministic (spec `deterministic`, the default) both passes also refuse
+ *   NONDETERMINISTIC engines (atomics): two identical runs then give the same bits, and a
+ *   resumed GPU run repeats the uninterrupted one. When no deterministic engine takes a shape
+ *   the op fails with a message that says so (none seen: on an H200 every shape of the models
+ *   and of gpu_ops has one). tqc_conv_cfg_allowed is this rule, unit-tested without a GPU.
+ *   TQ_CUDNN_LOG=1 in the environment prints every plan chosen (op, shape, dtype, engine,
+ *   its notes, workspace, benchmark time) to stderr.
  *   TF32 policy: in the graph API an f32 convolution runs in TF32 exactly when its engine
  *   carries CUDNN_NUMERICAL_NOTE_TENSOR_CORE (there is no math-mode knob; the convolution's
  *   COMP_TYPE stays FLOAT either way), so f32 never takes such an engine (nor one that
@@ -113,6 +120,17 @@ static void describe(char *buf, size_t n, int kind, const tqc_conv_geom *g, tq_d
 }
 
 /* ---- descriptors (no GPU needed) ---- */
+
+#define NUM(x) (1u << (x))
+
+int tqc_conv_cfg_allowed(unsigned num, unsigned beh, tq_dtype dt, int strict, int deterministic) {
+    unsigned num_bad = NUM(CUDNN_NUMERICAL_NOTE_DOWN_CONVERT_INPUTS);
+    if (dt == TQ_F32) num_bad |= NUM(CUDNN_NUMERICAL_NOTE_TENSOR_CORE);
+    if (strict) num_bad |= NUM(CUDNN_NUMERICAL_NOTE_REDUCED_PRECISION_REDUCTION);
+    if (deterministic) num_bad |= NUM(CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC);
+    const unsigned beh_bad = strict ? NUM(CUDNN_BEHAVIOR_NOTE_RUNTIME_COMPILATION) : 0;
+    return !(num & num_bad) && !(beh & beh_bad);
+}
 
 cudnnDataType_t tqc_dnn_dtype(tq_dtype dt) {
     return dt == TQ_F16 ? CUDNN_DATA_HALF : dt == TQ_BF16 ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_FLOAT;
@@ -334,6 +352,7 @@ typedef struct {
     size_t ws;
     int64_t engine;
     float ms;
+    unsigned num;             /* numerical notes (diagnostics) */
 } cand;
 
 /* numerical and behavior notes of an engine config as bit masks; engine's global index */
@@ -358,6 +377,25 @@ static void cfg_notes(cudnnBackendDescriptor_t cfg, unsigned *num, unsigned *beh
         cudnnBackendGetAttribute(e, CUDNN_ATTR_ENGINE_GLOBAL_INDEX, CUDNN_TYPE_INT64, 1, &cnt, index);
     }
     cudnnBackendDestroyDescriptor(e);
+}
+
+/* TQ_CUDNN_LOG=1: one stderr line per plan chosen, to see which engines a model runs on. */
+static void log_plan(const char *what, int beta1, const cand *k, int ncand) {
+    const char *e = getenv("TQ_CUDNN_LOG");
+    if (!e || !*e || !strcmp(e, "0")) return;
+    static const char *names[] = { "tensor_core", "down_convert", "reduced_precision_reduction", "fft",
+                                   "nondeterministic", "winograd", "winograd_4x4", "winograd_6x6",
+                                   "winograd_13x13", "strict_nan_prop" };
+    char notes[160] = "";
+    size_t used = 0;
+    for (unsigned i = 0; i < sizeof names / sizeof *names && used < sizeof notes; i++)
+        if (k->num & (1u << i))
+            used += (size_t)snprintf(notes + used, sizeof notes - used, "%s%s", used ? "," : "", names[i]);
+    char how[64];
+    if (k->ms < 0) snprintf(how, sizeof how, "the heuristic's first");
+    else snprintf(how, sizeof how, "fastest of %d timed, %.3f ms", ncand, (double)k->ms);
+    fprintf(stderr, "cudnn plan: %s beta %d: engine %lld [%s], workspace %zu B, %s\n", what, beta1,
+            (long long)k->engine, notes, k->ws, how);
 }
 
 /* The engine configs the heuristic of `mode` suggests, best first; *n = 0 when it has none. */
@@ -472,8 +510,6 @@ done:
     return rc;
 }
 
-#define NUM(x) (1u << (x))
-
 /* Keeps a failed planning in the cache (descriptors freed, message kept): the heuristics are
  * not rerun on every call, and a beta-1 op that has no plan runs staged (see accum_plan). */
 static int remember_failure(tq_backend *be, tqc_ctx *ctx, pent *p, unsigned hb) {
@@ -530,16 +566,12 @@ static int get_plan(tq_backend *be, int kind, int beta1, const tq_conv_desc *d, 
         return remember_failure(be, ctx, p, hb);
     }
 
-    const unsigned must_not = NUM(CUDNN_NUMERICAL_NOTE_DOWN_CONVERT_INPUTS) |
-                              (dt == TQ_F32 ? NUM(CUDNN_NUMERICAL_NOTE_TENSOR_CORE) : 0);
     const int want = allow_bench && ctx->benchmark ? BENCH_MAX : 1;
     cand c[BENCH_MAX];
     int nc = 0, seen = 0, filtered = 0, over = 0, unsup = 0;
     cudnnStatus_t last = CUDNN_STATUS_SUCCESS;
     for (int pass = 0; pass < 2 && nc == 0; pass++) {
         seen = filtered = over = unsup = 0;   /* the message reports the last pass */
-        const unsigned num_bad = must_not | (pass == 0 ? NUM(CUDNN_NUMERICAL_NOTE_REDUCED_PRECISION_REDUCTION) : 0);
-        const unsigned beh_bad = pass == 0 ? NUM(CUDNN_BEHAVIOR_NOTE_RUNTIME_COMPILATION) : 0;
         const cudnnBackendHeurMode_t modes[2] = { CUDNN_HEUR_MODE_A, CUDNN_HEUR_MODE_FALLBACK };
         for (int m = 0; m < 2 && nc == 0; m++) {
             cudnnBackendDescriptor_t cfgs[MAX_CFGS];
@@ -552,14 +584,14 @@ static int get_plan(tq_backend *be, int kind, int beta1, const tq_conv_desc *d, 
                 unsigned num, beh;
                 int64_t index, cws = 0, cnt = 0;
                 cfg_notes(cfgs[i], &num, &beh, &index);
-                if ((num & num_bad) || (beh & beh_bad)) { filtered++; continue; }
+                if (!tqc_conv_cfg_allowed(num, beh, dt, pass == 0, ctx->deterministic)) { filtered++; continue; }
                 if (cudnnBackendGetAttribute(cfgs[i], CUDNN_ATTR_ENGINECFG_WORKSPACE_SIZE, CUDNN_TYPE_INT64,
                                              1, &cnt, &cws) == CUDNN_STATUS_SUCCESS &&
                     cnt == 1 && cws > 0 && (size_t)cws > limit) {
                     over++;
                     continue;
                 }
-                cand k = { cfgs[i], NULL, 0, index, -1 };
+                cand k = { cfgs[i], NULL, 0, index, -1, num };
                 if ((st = make_plan(h, cfgs[i], &k.plan, &k.ws))) { last = st; unsup++; continue; }
                 if (k.ws > limit) { cudnnBackendDestroyDescriptor(k.plan); over++; continue; }
                 c[nc++] = k;
@@ -570,9 +602,11 @@ static int get_plan(tq_backend *be, int kind, int beta1, const tq_conv_desc *d, 
         }
     }
     if (nc == 0) {
-        tq_backend_seterr(be, "%s: no cuDNN plan (%d configs: %d TF32/low-precision, %d over the "
-                          "%zu MiB workspace limit, %d not supported; last %s)",
-                          what, seen, filtered, over, limit >> 20, unsup, cudnnGetErrorString(last));
+        tq_backend_seterr(be, "%s: no cuDNN plan (%d configs: %d refused by their notes (TF32, low "
+                          "precision%s), %d over the %zu MiB workspace limit, %d not supported; last %s)%s",
+                          what, seen, filtered, ctx->deterministic ? ", nondeterministic" : "", over,
+                          limit >> 20, unsup, cudnnGetErrorString(last),
+                          ctx->deterministic ? "; spec deterministic: false would allow nondeterministic engines" : "");
         return remember_failure(be, ctx, p, hb);
     }
     int best = 0;
@@ -588,6 +622,7 @@ static int get_plan(tq_backend *be, int kind, int beta1, const tq_conv_desc *d, 
         }
     p->cfg = c[best].cfg; p->plan = c[best].plan; p->ws = c[best].ws;
     p->engine = c[best].engine; p->ms = c[best].ms;
+    log_plan(what, beta1, &c[best], nc);
     p->next = ctx->convs->bucket[hb];
     ctx->convs->bucket[hb] = p;
     ctx->convs->nplans++;

@@ -60,6 +60,12 @@ typedef struct {
 } tqc_conv_descs;
 
 cudnnDataType_t tqc_dnn_dtype(tq_dtype dt);
+/* Whether an engine config with numerical notes `num` and behavior notes `beh` (bit masks,
+ * 1 << note) may run a `dt` convolution: never a down-converting one, nor a tensor-core one in
+ * f32 (that is TF32); in the strict pass (`strict`) no reduced-precision reduction and no
+ * runtime compilation; with `deterministic`, in either pass, no engine cuDNN notes as
+ * nondeterministic (atomics: the same inputs would not give the same bits). */
+int tqc_conv_cfg_allowed(unsigned num, unsigned beh, tq_dtype dt, int strict, int deterministic);
 const char *tqc_conv_kind_name(int kind);          /* "conv_fwd", "conv_bwd_data", ... */
 /* the backend's operation table (cuda_backend.c), for checks that need no device */
 const tq_backend_i *tqc_backend_iface(void);

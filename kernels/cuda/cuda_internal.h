@@ -34,6 +34,7 @@ typedef struct {
     int device;                 /* ordinal */
     int sm;                     /* major*10+minor */
     int benchmark;              /* cudnn_benchmark: time the best few plans per shape */
+    int deterministic;          /* spec deterministic: no cuDNN engine noted nondeterministic */
     cudaStream_t stream;
     cudaEvent_t ev;             /* now_ms */
     void *cudnn;                /* cudnnHandle_t */

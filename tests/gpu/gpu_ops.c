@@ -895,7 +895,7 @@ int main(int argc, char **argv) {
         G.be[DEV] = tq_cpu_backend_new(0);
         snprintf(devname, sizeof devname, "cpu (a second CPU backend, %d threads)", G.be[REF]->threads);
     } else {
-        G.be[DEV] = tq_cuda_backend_new(0, 0, why, sizeof why);
+        G.be[DEV] = tq_cuda_backend_new(0, 0, 1, why, sizeof why);
         const char *gpu = G.be[DEV] ? tq_cuda_backend_name(G.be[DEV]) : NULL;
         snprintf(devname, sizeof devname, "cuda:0 (%s)", gpu ? gpu : "?");
     }

@@ -201,6 +201,38 @@ static void test_conv_wrong_shape(void **state) {
     assert_int_equal(tqc_conv_build_op(0, &g, (tq_dtype)9, 1, 0, &o, err, sizeof err), CUDNN_STATUS_BAD_PARAM);
 }
 
+/* ---- which engine configs a convolution may take (tqc_conv_cfg_allowed) ---- */
+
+#define NOTE(x) (1u << (x))
+
+static void test_cfg_notes_rule(void **state) {
+    (void)state;
+    const unsigned tc = NOTE(CUDNN_NUMERICAL_NOTE_TENSOR_CORE), down = NOTE(CUDNN_NUMERICAL_NOTE_DOWN_CONVERT_INPUTS),
+                   rpr = NOTE(CUDNN_NUMERICAL_NOTE_REDUCED_PRECISION_REDUCTION),
+                   nondet = NOTE(CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC),
+                   wino = NOTE(CUDNN_NUMERICAL_NOTE_WINOGRAD) | NOTE(CUDNN_NUMERICAL_NOTE_FFT),
+                   rtc = NOTE(CUDNN_BEHAVIOR_NOTE_RUNTIME_COMPILATION);
+    for (int d = 0; d < 3; d++) {
+        const tq_dtype dt = DTS[d];
+        for (int strict = 0; strict < 2; strict++)
+            for (int det = 0; det < 2; det++) {
+                /* an engine without notes, or with Winograd/FFT ones, always */
+                assert_true(tqc_conv_cfg_allowed(0, 0, dt, strict, det));
+                assert_true(tqc_conv_cfg_allowed(wino, 0, dt, strict, det));
+                /* down-converting inputs never; tensor cores except in f32 (TF32) */
+                assert_false(tqc_conv_cfg_allowed(down, 0, dt, strict, det));
+                assert_int_equal(tqc_conv_cfg_allowed(tc, 0, dt, strict, det), dt != TQ_F32);
+                /* reduced-precision reductions and runtime compilation only when relaxed */
+                assert_int_equal(tqc_conv_cfg_allowed(rpr, 0, dt, strict, det), !strict);
+                assert_int_equal(tqc_conv_cfg_allowed(0, rtc, dt, strict, det), !strict);
+                /* nondeterministic engines only when the job allows them, in either pass */
+                assert_int_equal(tqc_conv_cfg_allowed(nondet, 0, dt, strict, det), !det);
+                assert_int_equal(tqc_conv_cfg_allowed(nondet | wino, 0, dt, strict, det), !det);
+                assert_int_equal(tqc_conv_cfg_allowed(nondet | tc, 0, dt, strict, det), !det && dt != TQ_F32);
+            }
+    }
+}
+
 static void test_dnn_msg(void **state) {
     (void)state;
     char buf[256];
@@ -325,6 +357,7 @@ int main(void) {
         cmocka_unit_test(test_geom_strides),
         cmocka_unit_test(test_conv_ops_finalize),
         cmocka_unit_test(test_conv_wrong_shape),
+        cmocka_unit_test(test_cfg_notes_rule),
         cmocka_unit_test(test_dnn_msg),
         cmocka_unit_test(test_lin_descs),
         cmocka_unit_test(test_iface_complete),

@@ -43,7 +43,7 @@ static int spec_equal(const tq_spec *a, const tq_spec *b) {
     EQ(checkpoint_every); SEQ(init_from); SEQ(device); EQ(max_memory_mb); EQ(priority);
     SEQ(submission_id); EQ(timeout_s); EQ(cudnn_benchmark); EQ(prune_amount); EQ(quantize_int8);
     EQ(synthetic.train); EQ(synthetic.test); EQ(synthetic.h); EQ(synthetic.w); EQ(synthetic.c);
-    EQ(threads);
+    EQ(threads); EQ(recompute); EQ(deterministic);
 #undef EQ
 #undef SEQ
     return 1;
@@ -126,6 +126,7 @@ static void test_defaults(void **state) {
     assert_string_equal(s.submission_id, "");
     assert_int_equal(s.timeout_s, 0);
     assert_int_equal(s.cudnn_benchmark, 1);
+    assert_int_equal(s.deterministic, 1);
     assert_true(s.prune_amount < 0);
     assert_int_equal(s.quantize_int8, 0);
     assert_int_equal(s.synthetic.train, 10000);
@@ -159,7 +160,8 @@ static void test_default_rendering(void **state) {
         "\"seed\":0,\"shuffle\":true,\"augment\":false,\"train_subset\":null,\"eval_subset\":null,"
         "\"eval_every\":0,\"checkpoint_every\":500,\"init_from\":null,\"device\":\"auto\","
         "\"max_memory_mb\":null,\"priority\":0,\"submission_id\":null,\"timeout_s\":null,"
-        "\"cudnn_benchmark\":true,\"prune\":null,\"quantize\":null,\"threads\":0,\"recompute\":true}");
+        "\"cudnn_benchmark\":true,\"prune\":null,\"quantize\":null,\"threads\":0,\"recompute\":true,"
+        "\"deterministic\":true}");
     free(text);
 }
 
@@ -257,6 +259,10 @@ static void test_scalars(void **state) {
     s = parse_ok("{\"shuffle\":false,\"cudnn_benchmark\":false}");
     assert_int_equal(s.shuffle, 0);
     assert_int_equal(s.cudnn_benchmark, 0);
+    assert_int_equal(s.deterministic, 1);
+    s = parse_ok("{\"deterministic\":false}");
+    assert_int_equal(s.deterministic, 0);
+    assert_int_equal(s.cudnn_benchmark, 1);
     s = parse_ok("{\"train_subset\":1,\"eval_subset\":500}");
     assert_int_equal(s.train_subset, 1);
     assert_int_equal(s.eval_subset, 500);
@@ -435,6 +441,7 @@ static const bad_case bad_cases[] = {
     { "{\"shuffle\":1}", "shuffle" }, { "{\"shuffle\":\"true\"}", "shuffle" },
     { "{\"shuffle\":null}", "shuffle" }, { "{\"augment\":0}", "augment" },
     { "{\"cudnn_benchmark\":\"yes\"}", "cudnn_benchmark" },
+    { "{\"deterministic\":0}", "deterministic" }, { "{\"deterministic\":\"false\"}", "deterministic" },
     /* amp */
     { "{\"amp\":\"fp32\"}", "amp" }, { "{\"amp\":\"FP16\"}", "amp" }, { "{\"amp\":1}", "amp" },
     { "{\"amp\":null}", "amp" }, { "{\"amp\":\"\"}", "amp" },
@@ -679,7 +686,8 @@ static void test_rendering(void **state) {
         "name", "model", "dataset", "data_dir", "batch_size", "accum_steps", "amp", "optimizer",
         "lr_schedule", "loss_scale", "seed", "shuffle", "augment", "train_subset", "eval_subset",
         "eval_every", "checkpoint_every", "init_from", "device", "max_memory_mb", "priority",
-        "submission_id", "timeout_s", "cudnn_benchmark", "prune", "quantize", "threads", "recompute" };
+        "submission_id", "timeout_s", "cudnn_benchmark", "prune", "quantize", "threads", "recompute",
+        "deterministic" };
     j = render("{}");
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) {
         if (!cJSON_GetObjectItemCaseSensitive(j, all[i])) print_error("missing %s\n", all[i]);
@@ -719,7 +727,8 @@ static void test_round_trip(void **state) {
         "\"train_subset\":1000,\"eval_subset\":200,\"eval_every\":50,\"checkpoint_every\":250,"
         "\"init_from\":\"/w/init.safetensors\",\"device\":\"cuda:1\",\"max_memory_mb\":8000,"
         "\"priority\":-7,\"submission_id\":\"sub-42\",\"timeout_s\":3600,\"cudnn_benchmark\":false,"
-        "\"prune\":{\"amount\":0.95},\"quantize\":\"int8\",\"threads\":16}");
+        "\"prune\":{\"amount\":0.95},\"quantize\":\"int8\",\"threads\":16,"
+        "\"recompute\":false,\"deterministic\":false}");
 }
 
 int main(void) {
