@@ -16,7 +16,7 @@ int tq_cuda_devices(tq_cuda_devinfo *out, int max, char *why, size_t why_len) {
 }
 
 tq_backend *tq_cuda_backend_new(int device, int benchmark, int deterministic, char *why, size_t why_len) {
-    (void)device; (void)benchmark;
+    (void)device; (void)benchmark; (void)deterministic;
     if (why) snprintf(why, why_len, "%s", reason);
     return NULL;
 }

@@ -383,13 +383,19 @@ static void cfg_notes(cudnnBackendDescriptor_t cfg, unsigned *num, unsigned *beh
 static void log_plan(const char *what, int beta1, const cand *k, int ncand) {
     const char *e = getenv("TQ_CUDNN_LOG");
     if (!e || !*e || !strcmp(e, "0")) return;
-    static const char *names[] = { "tensor_core", "down_convert", "reduced_precision_reduction", "fft",
-                                   "nondeterministic", "winograd", "winograd_4x4", "winograd_6x6",
-                                   "winograd_13x13", "strict_nan_prop" };
+    static const char *const names[CUDNN_NUMERICAL_NOTE_TYPE_COUNT] = {
+        [CUDNN_NUMERICAL_NOTE_TENSOR_CORE] = "tensor_core",
+        [CUDNN_NUMERICAL_NOTE_DOWN_CONVERT_INPUTS] = "down_convert",
+        [CUDNN_NUMERICAL_NOTE_REDUCED_PRECISION_REDUCTION] = "reduced_precision_reduction",
+        [CUDNN_NUMERICAL_NOTE_FFT] = "fft", [CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC] = "nondeterministic",
+        [CUDNN_NUMERICAL_NOTE_WINOGRAD] = "winograd", [CUDNN_NUMERICAL_NOTE_WINOGRAD_TILE_4x4] = "winograd_4x4",
+        [CUDNN_NUMERICAL_NOTE_WINOGRAD_TILE_6x6] = "winograd_6x6",
+        [CUDNN_NUMERICAL_NOTE_WINOGRAD_TILE_13x13] = "winograd_13x13",
+        [CUDNN_NUMERICAL_NOTE_STRICT_NAN_PROP] = "strict_nan_prop" };
     char notes[160] = "";
     size_t used = 0;
-    for (unsigned i = 0; i < sizeof names / sizeof *names && used < sizeof notes; i++)
-        if (k->num & (1u << i))
+    for (unsigned i = 0; i < CUDNN_NUMERICAL_NOTE_TYPE_COUNT && used < sizeof notes; i++)
+        if ((k->num & NUM(i)) && names[i])
             used += (size_t)snprintf(notes + used, sizeof notes - used, "%s%s", used ? "," : "", names[i]);
     char how[64];
     if (k->ms < 0) snprintf(how, sizeof how, "the heuristic's first");
