@@ -22,7 +22,9 @@ CFLAGS  += -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wno-unused-parameter -Wshadow -
 LDLIBS  += -ldnnl -lopenblas -lsqlite3 -lcjson -lmicrohttpd -lz -lm -lpthread -fopenmp
 PYTHON  ?= /usr/bin/python3
 
-LIB_SRC  := $(wildcard kernels/cpu/*.c) $(wildcard train/*.c) $(wildcard schema/*.c) $(wildcard api/*.c)
+# daemon/sched.c is pure (no processes): in the library, so that its unit test links it
+LIB_SRC  := $(wildcard kernels/cpu/*.c) $(wildcard train/*.c) $(wildcard schema/*.c) $(wildcard api/*.c) \
+            daemon/sched.c
 
 # ---- the CUDA backend: built when nvcc is found (CUDA=auto), or forced with CUDA=0 / CUDA=1 ----
 # Machine code for Turing..Blackwell plus PTX for the newest, so one binary runs on every card
@@ -58,7 +60,7 @@ else ifeq ($(CUDA),0)
 else
   $(error CUDA=$(CUDA): use CUDA=0, CUDA=1 or leave it unset (auto))
 endif
-MAIN_SRC := $(wildcard daemon/*.c)
+MAIN_SRC := $(filter-out daemon/sched.c,$(wildcard daemon/*.c))
 TEST_SRC := $(wildcard tests/unit/test_*.c)
 ifneq ($(CUDA),1)
   TEST_SRC := $(filter-out tests/unit/test_cuda_%.c,$(TEST_SRC))

@@ -1,5 +1,6 @@
 /* main.c — the trainq command line: run, plan, devices, version, serve, worker (CONTRACT.md). */
 #include "trainer.h"
+#include "autobatch.h"
 #include "report.h"
 #include "spec.h"
 #include "../schema/store.h"
@@ -7,6 +8,7 @@
 #include "daemon.h"
 #include <cjson/cJSON.h>
 #include <errno.h>
+#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,7 +20,7 @@
 static void usage(FILE *f) {
     fprintf(f,
         "usage: trainq run SPEC.json [--db PATH] [--out DIR] [--resume] [--quiet]\n"
-        "       trainq plan SPEC.json\n"
+        "       trainq plan SPEC.json [--memory-mb MB]\n"
         "       trainq devices\n"
         "       trainq version\n"
         "       trainq serve [--db PATH] [--listen HOST:PORT] [--devices auto|cpu] [--config FILE]\n"
@@ -57,6 +59,41 @@ static int load_spec(const char *path, tq_spec *sp) {
         else fprintf(stderr, "trainq: invalid spec %s: %s\n", path, se.message);
         return 2;
     }
+    return 0;
+}
+
+/* ---- "batch_size": "auto": the memory cap a command resolves against ---- */
+
+/* Half of MemAvailable (/proc/meminfo) in bytes; 0 when it cannot be read. */
+static long long half_mem_available(void) {
+    FILE *f = fopen("/proc/meminfo", "r");
+    if (!f) return 0;
+    char line[256];
+    long long kb = 0;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "MemAvailable: %lld kB", &kb) == 1) break;
+    fclose(f);
+    return kb > 0 ? kb * 1024 / 2 : 0;
+}
+
+static int is_cuda_device(const tq_spec *sp) { return !strncmp(sp->device, "cuda", 4); }
+
+/* The cap for an auto batch: --memory-mb (flag_mb > 0), else the spec's max_memory_mb, else on
+ * the CPU half of the available memory. A spec on "cuda"/"cuda:N" without either gets no cap:
+ * the trainer still refuses a plan over the GPU's free memory. (device "auto" counts as the
+ * CPU here, as `trainq run` trains there unless a GPU works; the cap then only errs on the
+ * small side.) Returns the cap in bytes (0: none) and names it in name[]. */
+static long long batch_cap(const tq_spec *sp, long long flag_mb, char *name, size_t n) {
+    if (flag_mb > 0) { snprintf(name, n, "--memory-mb %lld", flag_mb); return flag_mb << 20; }
+    if (sp->max_memory_mb > 0) {
+        snprintf(name, n, "max_memory_mb %lld", (long long)sp->max_memory_mb);
+        return (long long)sp->max_memory_mb << 20;
+    }
+    if (!is_cuda_device(sp)) {
+        long long half = half_mem_available();
+        if (half > 0) { snprintf(name, n, "half of the available memory"); return half; }
+    }
+    snprintf(name, n, "no cap");
     return 0;
 }
 
@@ -139,6 +176,27 @@ static int cmd_run(int argc, char **argv) {
     int rc = load_spec(spec_path, &sp);
     if (rc) return rc;
 
+    /* an unresolved "batch_size": "auto" is resolved here, before the job is recorded */
+    char pick_code[32] = "", pick_err[512] = "";
+    if (tq_spec_batch_unresolved(&sp)) {
+        char cap_name[64];
+        long long cap = batch_cap(&sp, 0, cap_name, sizeof cap_name), need = 0;
+        tq_plan_report rep;
+        tq_spec resolved;
+        if (tq_autobatch_pick(&sp, cap, 0, cap_name, &resolved, &rep, &need, pick_code, sizeof pick_code,
+                              pick_err, sizeof pick_err) == 0) {
+            char capt[48];
+            if (cap > 0) snprintf(capt, sizeof capt, "cap %.1f MiB", cap / 1048576.0);
+            else snprintf(capt, sizeof capt, "no cap");
+            fprintf(stderr, "trainq run: batch_size auto: micro-batch %d x accum_steps %d = %lld (plan %.1f MiB, %s)\n",
+                    resolved.batch_size, resolved.accum_steps, (long long)resolved.effective_batch,
+                    need / 1048576.0, capt);
+            sp = resolved;
+        } else if (!pick_code[0]) {
+            snprintf(pick_code, sizeof pick_code, "internal");
+        }
+    }
+
     run_cb c = {0};
     c.tty = isatty(2); c.quiet = quiet; c.t0 = tq_mono_ms();
     char err[512];
@@ -155,7 +213,20 @@ static int cmd_run(int argc, char **argv) {
     signal(SIGTERM, on_signal);
     tq_run_opts o = {out, resume, {&c, cb_step, cb_eval, cb_stop, NULL}};
     tq_summary sum;
-    tq_train(&sp, &o, &sum);
+    if (pick_code[0]) {   /* the auto batch could not be resolved: a failed job, as tq_train's */
+        memset(&sum, 0, sizeof sum);
+        snprintf(sum.state, sizeof sum.state, "failed");
+        sum.final_loss = sum.val_loss = sum.val_accuracy = NAN;
+        sum.peak_memory_bytes = sum.predicted_peak_bytes = sum.device_peak_used_bytes = -1;
+        sum.final_loss_scale = -1;
+        sum.effective_batch = sp.effective_batch;
+        snprintf(sum.amp, sizeof sum.amp, "%s", tq_amp_name(sp.amp));
+        snprintf(sum.device, sizeof sum.device, "%s", is_cuda_device(&sp) ? sp.device : "cpu");
+        snprintf(sum.error_code, sizeof sum.error_code, "%s", pick_code);
+        snprintf(sum.error_message, sizeof sum.error_message, "%s", pick_err);
+    } else {
+        tq_train(&sp, &o, &sum);
+    }
     cJSON *js = tq_summary_json(&sum);
     if (c.db) {
         char *s = cJSON_PrintUnformatted(js);
@@ -170,19 +241,80 @@ static int cmd_run(int argc, char **argv) {
     return strcmp(sum.state, "failed") ? 0 : 1;
 }
 
+static void plan_usage(FILE *f) {
+    fprintf(f,
+        "usage: trainq plan SPEC.json [--memory-mb MB]\n"
+        "  Prints the memory plan of SPEC.json as JSON: bytes by category, total_bytes (training),\n"
+        "  data_bytes (the dataset), planned_peak_bytes (their sum), batch_size x accum_steps =\n"
+        "  effective_batch.\n"
+        "  With \"batch_size\": \"auto\" the micro-batch is the largest divisor of effective_batch\n"
+        "  whose planned_peak_bytes fit MB MiB (default: the spec's max_memory_mb, else half of the\n"
+        "  available memory on the CPU); exit 1 (cannot_fit) when even the smallest does not.\n"
+        "  For any other spec --memory-mb (or max_memory_mb) only adds \"fits\": true/false.\n");
+}
+
+/* A positive integer option value (MiB) into *mb; 0 on success. */
+static int parse_mb(const char *v, long long *mb) {
+    char *end = NULL;
+    errno = 0;
+    long long x = strtoll(v, &end, 10);
+    if (!v[0] || errno || !end || *end || x <= 0 || x > (1LL << 30)) return -1;
+    *mb = x;
+    return 0;
+}
+
 static int cmd_plan(int argc, char **argv) {
-    if (argc != 1) { usage(stderr); return 2; }
+    const char *spec_path = NULL;
+    long long flag_mb = 0;
+    for (int i = 0; i < argc; i++) {
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) { plan_usage(stdout); return 0; }
+        if (!strcmp(argv[i], "--memory-mb") || !strncmp(argv[i], "--memory-mb=", 12)) {
+            const char *v = argv[i][11] == '=' ? argv[i] + 12 : i + 1 < argc ? argv[++i] : NULL;
+            if (!v) { fprintf(stderr, "trainq plan: --memory-mb needs a value (MiB)\n"); return 2; }
+            if (parse_mb(v, &flag_mb)) {
+                fprintf(stderr, "trainq plan: --memory-mb must be a positive integer number of MiB "
+                                "(at most 1073741824), got \"%s\"\n", v);
+                return 2;
+            }
+        } else if (argv[i][0] == '-' && argv[i][1]) {
+            fprintf(stderr, "trainq plan: unknown option %s\n", argv[i]);
+            plan_usage(stderr);
+            return 2;
+        } else if (!spec_path) spec_path = argv[i];
+        else { fprintf(stderr, "trainq plan: unexpected argument %s\n", argv[i]); return 2; }
+    }
+    if (!spec_path) { plan_usage(stderr); return 2; }
     tq_spec sp;
-    int rc = load_spec(argv[0], &sp);
+    int rc = load_spec(spec_path, &sp);
     if (rc) return rc;
     tq_plan_report rep;
-    char code[32], err[512];
-    if (tq_plan_spec(&sp, &rep, code, sizeof code, err, sizeof err)) {
-        fprintf(stderr, "trainq plan: %s: %s\n", code, err);
-        return 1;
+    char code[32] = "", err[512] = "";
+    long long cap = 0;
+    int fits = -1;   /* -1: no cap to report against */
+    if (sp.batch_auto) {   /* resolved or not: picked / checked against the cap */
+        char cap_name[64];
+        long long need = 0;
+        cap = batch_cap(&sp, flag_mb, cap_name, sizeof cap_name);
+        tq_spec resolved;
+        if (tq_autobatch_pick(&sp, cap, 0, cap_name, &resolved, &rep, &need, code, sizeof code, err, sizeof err)) {
+            fprintf(stderr, "trainq plan: %s: %s\n", code[0] ? code : "internal", err);
+            return 1;
+        }
+        sp = resolved;
+        if (cap > 0) fits = 1;
+    } else {
+        if (tq_plan_spec(&sp, &rep, code, sizeof code, err, sizeof err)) {
+            fprintf(stderr, "trainq plan: %s: %s\n", code, err);
+            return 1;
+        }
+        cap = flag_mb > 0 ? flag_mb << 20 : (long long)sp.max_memory_mb << 20;
+        if (cap > 0) fits = (long long)(rep.plan.total + rep.plan.data) <= cap;
     }
-    cJSON *o = tq_plan_json(&rep.plan, rep.model, rep.amp, rep.batch_size);
-    cJSON_AddNumberToObject(o, "accum_steps", sp.accum_steps);
+    cJSON *o = tq_plan_batch_json(&rep.plan, rep.model, rep.amp, rep.batch_size, sp.accum_steps, sp.batch_auto);
+    if (fits >= 0) {
+        cJSON_AddNumberToObject(o, "memory_cap_bytes", (double)cap);
+        cJSON_AddBoolToObject(o, "fits", fits);
+    }
     print_json(o);
     return 0;
 }

@@ -87,3 +87,13 @@ cJSON *tq_plan_json(const tq_plan *p, const char *model, const char *amp, int ba
     cJSON_AddNumberToObject(o, "data_bytes", (double)p->data);
     return o;
 }
+
+cJSON *tq_plan_batch_json(const tq_plan *p, const char *model, const char *amp, int batch_size,
+                          int accum_steps, int batch_auto) {
+    cJSON *o = tq_plan_json(p, model, amp, batch_size);
+    cJSON_AddNumberToObject(o, "accum_steps", accum_steps);
+    cJSON_AddNumberToObject(o, "effective_batch", (double)batch_size * accum_steps);
+    cJSON_AddNumberToObject(o, "planned_peak_bytes", (double)(p->total + p->data));
+    cJSON_AddBoolToObject(o, "batch_size_auto", batch_auto != 0);
+    return o;
+}

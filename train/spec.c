@@ -2,12 +2,25 @@
  *
  * Parsing walks the document's members in order, so the first bad field in the text is the one
  * reported; cross-field rules (steps with epochs, cifar10 without data_dir, synthetic with
- * another dataset) are checked after the walk. Nested objects have their own member lists; the
+ * another dataset, the batch rules below) are checked after the walk. Nested objects have their own member lists; the
  * optimizer's and the lr schedule's members depend on their `type`, which is read first.
  * Rendering prints every number with the fewest digits that parse back to the same double, so
- * tq_spec_parse(tq_spec_to_json(s)) reproduces s exactly. */
+ * tq_spec_parse(tq_spec_to_json(s)) reproduces s exactly.
+ *
+ * Batch rules. batch_size is an integer or "auto"; effective_batch N (samples per optimizer
+ * step) goes with either:
+ * - an explicit batch_size b: b must divide N with N/b <= 1024, and accum_steps = N/b (an
+ *   accum_steps given as well must agree);
+ * - "auto": with accum_steps k given, k must divide N and batch_size = N/k (the resolved form,
+ *   what tq_spec_set_batch leaves and what renders back); without it the spec is unresolved,
+ *   batch_size and accum_steps 0, until train/autobatch.c picks the micro-batch.
+ * "auto" without effective_batch, and effective_batch with batch_size left at its default,
+ * are errors. An auto spec renders "batch_size":"auto" and "effective_batch", plus
+ * "accum_steps" once resolved; any other spec renders as before, plus "effective_batch" when
+ * it was given. */
 #include "spec.h"
 
+#include <assert.h>
 #include <cjson/cJSON.h>
 #include <inttypes.h>
 #include <math.h>
@@ -19,6 +32,9 @@
 #define FMNIST_DIR "/usr/share/datasets/fashion-mnist"
 #define INT_MAX_JSON 9007199254740992LL   /* 2^53: the largest integer a JSON double holds exactly */
 #define NAME_MAX_LEN 128
+#define BATCH_MAX 65536
+#define ACCUM_MAX 1024
+#define EFFECTIVE_BATCH_MAX ((int64_t)BATCH_MAX * ACCUM_MAX)
 
 /* ---- names ---------------------------------------------------------------------------- */
 
@@ -475,7 +491,8 @@ static int parse_device(tq_spec *s, const cJSON *v, tq_spec_err *e) {
 
 /* The root's members; the order is the contract's and the rendering's. */
 #define TQ_SPEC_FIELDS(X) \
-    X(name) X(model) X(dataset) X(data_dir) X(batch_size) X(accum_steps) X(amp) X(steps)      \
+    X(name) X(model) X(dataset) X(data_dir) X(batch_size) X(accum_steps) X(effective_batch)  \
+    X(amp) X(steps)                                                                            \
     X(epochs) X(optimizer) X(lr_schedule) X(loss_scale) X(seed) X(shuffle) X(augment)         \
     X(train_subset) X(eval_subset) X(eval_every) X(checkpoint_every) X(init_from) X(device)   \
     X(max_memory_mb) X(priority) X(submission_id) X(timeout_s) X(cudnn_benchmark) X(prune)    \
@@ -487,6 +504,7 @@ enum {
 #undef X
     F_COUNT
 };
+_Static_assert(F_COUNT <= 64, "the parser's `given` set is a uint64_t");
 static const char *const root_names[] = {
 #define X(n) #n,
     TQ_SPEC_FIELDS(X)
@@ -510,8 +528,19 @@ static int parse_member(tq_spec *s, int f, const cJSON *v, tq_spec_err *e) {
     case F_data_dir:
         if (cJSON_IsNull(v)) { memset(s->data_dir, 0, sizeof s->data_dir); return TQ_SPEC_OK; }
         return get_str(e, fn, v, TQ_PATH_MAX - 1, 0, s->data_dir, sizeof s->data_dir);
-    case F_batch_size: return get_int32(e, fn, v, 1, 65536, &s->batch_size);
-    case F_accum_steps: return get_int32(e, fn, v, 1, 1024, &s->accum_steps);
+    case F_batch_size:
+        if (cJSON_IsString(v) && !strcmp(v->valuestring, "auto")) {
+            s->batch_auto = 1;
+            s->batch_size = 0;   /* until resolved (after the walk, or by train/autobatch.c) */
+            return TQ_SPEC_OK;
+        }
+        if (!cJSON_IsNumber(v))
+            return fail(e, fn, "batch_size must be an integer in 1..%d or \"auto\" (got %s)", BATCH_MAX,
+                        describe(v, got, sizeof got));
+        s->batch_auto = 0;
+        return get_int32(e, fn, v, 1, BATCH_MAX, &s->batch_size);
+    case F_accum_steps: return get_int32(e, fn, v, 1, ACCUM_MAX, &s->accum_steps);
+    case F_effective_batch: return get_int(e, fn, v, 1, EFFECTIVE_BATCH_MAX, &s->effective_batch);
     case F_amp:
         if (cJSON_IsBool(v)) { s->amp = cJSON_IsTrue(v) ? TQ_AMP_FP16 : TQ_AMP_OFF; return TQ_SPEC_OK; }
         if (cJSON_IsString(v) && (i = lookup(amp_names, COUNT(amp_names), v->valuestring)) >= 0) {
@@ -569,6 +598,71 @@ static int parse_member(tq_spec *s, int f, const cJSON *v, tq_spec_err *e) {
     return fail(e, fn, "internal error: unhandled field %s", fn);
 }
 
+/* The cross-field batch rules of the top comment; s holds the walked values. */
+static int batch_rules(tq_spec *s, int batch_given, int accum_given, int eff_given, tq_spec_err *e) {
+    const int64_t N = s->effective_batch;
+    if (s->batch_auto) {
+        if (!eff_given)
+            return fail(e, "batch_size", "batch_size \"auto\" needs effective_batch (the samples per "
+                                         "optimizer step to split into micro-batches)");
+        if (!accum_given) {   /* unresolved: the picker chooses */
+            if (tq_spec_batch_candidates(N, NULL, 0) == 0)
+                return fail(e, "effective_batch", "effective_batch %" PRId64 " has no divisor that makes "
+                            "a micro-batch of at most %d with accum_steps at most %d", N, BATCH_MAX, ACCUM_MAX);
+            s->batch_size = 0;
+            s->accum_steps = 0;
+            return TQ_SPEC_OK;
+        }
+        if (N % s->accum_steps)
+            return fail(e, "accum_steps", "accum_steps %d does not divide effective_batch %" PRId64,
+                        s->accum_steps, N);
+        if (N / s->accum_steps > BATCH_MAX)
+            return fail(e, "accum_steps", "effective_batch %" PRId64 " / accum_steps %d is a micro-batch of %"
+                        PRId64 ", over the batch_size limit of %d", N, s->accum_steps,
+                        N / s->accum_steps, BATCH_MAX);
+        s->batch_size = (int)(N / s->accum_steps);
+        return TQ_SPEC_OK;
+    }
+    if (!eff_given) return TQ_SPEC_OK;
+    if (!batch_given)
+        return fail(e, "effective_batch", "effective_batch needs batch_size: \"auto\" or an explicit "
+                                          "batch_size that divides it");
+    const int b = s->batch_size;
+    if (N % b)
+        return fail(e, "effective_batch", "effective_batch %" PRId64 " is not a multiple of batch_size %d",
+                    N, b);
+    if (N / b > ACCUM_MAX)
+        return fail(e, "effective_batch", "effective_batch %" PRId64 " / batch_size %d is %" PRId64
+                    " micro-batches per step, over the accum_steps limit of %d", N, b, N / b, ACCUM_MAX);
+    if (accum_given && s->accum_steps != N / b)
+        return fail(e, "accum_steps", "accum_steps %d disagrees with effective_batch %" PRId64
+                    " / batch_size %d = %" PRId64, s->accum_steps, N, b, N / b);
+    s->accum_steps = (int)(N / b);
+    return TQ_SPEC_OK;
+}
+
+int tq_spec_batch_candidates(int64_t N, int *out, int max) {
+    if (N < 1 || N > EFFECTIVE_BATCH_MAX) return 0;
+    int n = 0;
+    int64_t lo = (N + ACCUM_MAX - 1) / ACCUM_MAX, hi = N < BATCH_MAX ? N : BATCH_MAX;
+    for (int64_t b = lo; b <= hi; b++)   /* at most 65536 iterations */
+        if (N % b == 0) {
+            if (n < max) out[n] = (int)b;
+            n++;
+        }
+    return n;
+}
+
+void tq_spec_set_batch(tq_spec *s, int batch_size) {
+    assert(batch_size >= 1 && batch_size <= BATCH_MAX);
+    s->batch_size = batch_size;
+    if (s->effective_batch > 0) {
+        assert(s->effective_batch % batch_size == 0);
+        assert(s->effective_batch / batch_size <= ACCUM_MAX);
+        s->accum_steps = (int)(s->effective_batch / batch_size);
+    }
+}
+
 /* line and column (1-based) of byte `off` in text */
 static void position(const char *text, size_t off, int *line, int *col) {
     *line = 1;
@@ -624,6 +718,7 @@ int tq_spec_parse(tq_spec *s, const char *json, tq_spec_err *err) {
     }
     if (GIVEN(steps)) s->epochs = 0;
     else s->steps = 0;   /* epochs given, or the default of 1 epoch */
+    if ((rc = batch_rules(s, GIVEN(batch_size), GIVEN(accum_steps), GIVEN(effective_batch), e))) goto done;
     if (!GIVEN(data_dir) || !s->data_dir[0]) {
         if (s->dataset == TQ_DATA_CIFAR10) {
             rc = fail(e, "data_dir", "data_dir is required for dataset cifar10");
@@ -689,8 +784,14 @@ char *tq_spec_to_json(const tq_spec *s) {
     add_str(&b, r, "dataset", tq_dataset_name(s->dataset));
     if (!s->data_dir[0] && s->dataset == TQ_DATA_FASHION_MNIST) add_str(&b, r, "data_dir", FMNIST_DIR);
     else add_str_or_null(&b, r, "data_dir", s->data_dir);
-    add_int(&b, r, "batch_size", s->batch_size);
-    add_int(&b, r, "accum_steps", s->accum_steps);
+    if (s->batch_auto) {
+        add_str(&b, r, "batch_size", "auto");
+        if (!tq_spec_batch_unresolved(s)) add_int(&b, r, "accum_steps", s->accum_steps);
+    } else {
+        add_int(&b, r, "batch_size", s->batch_size);
+        add_int(&b, r, "accum_steps", s->accum_steps);
+    }
+    if (s->effective_batch > 0) add_int(&b, r, "effective_batch", s->effective_batch);
     add_str(&b, r, "amp", tq_amp_name(s->amp));
     if (s->steps > 0) add_int(&b, r, "steps", s->steps);
     else add_num(&b, r, "epochs", s->epochs);

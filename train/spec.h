@@ -25,8 +25,10 @@ typedef struct {
     tq_model_kind model;
     tq_data_kind dataset;
     char data_dir[TQ_PATH_MAX];       /* "" → the dataset's default */
-    int batch_size;                   /* 1…65536, default 32 */
-    int accum_steps;                  /* 1…1024, default 1 */
+    int batch_size;                   /* 1…65536, default 32; 0 while an "auto" batch is unresolved */
+    int accum_steps;                  /* 1…1024, default 1; 0 while an "auto" batch is unresolved */
+    int batch_auto;                   /* 1: the spec gave "batch_size": "auto" (train/autobatch.h) */
+    int64_t effective_batch;          /* 1…67108864, 0 = not given; batch_size × accum_steps */
     tq_amp amp;
     int64_t steps;                    /* 0 when epochs is used */
     double epochs;                    /* 0 when steps is used; default 1 */
@@ -72,6 +74,18 @@ int tq_spec_parse(tq_spec *s, const char *json, tq_spec_err *err);
 /* malloc'd JSON text of the full spec (defaults filled in); NULL on OOM. Parsing it again
  * gives the same spec. */
 char *tq_spec_to_json(const tq_spec *s);
+
+/* "batch_size": "auto" with effective_batch N (and no accum_steps): the micro-batch is still
+ * to be chosen (tq_autobatch_pick); batch_size and accum_steps are 0 until then. */
+static inline int tq_spec_batch_unresolved(const tq_spec *s) { return s->batch_auto && s->batch_size == 0; }
+/* Sets the micro-batch; when effective_batch is given, also accum_steps = effective_batch /
+ * batch_size (which must divide it: asserted). Rendering an auto spec afterwards gives its
+ * resolved form ("batch_size":"auto","accum_steps":k,"effective_batch":N). */
+void tq_spec_set_batch(tq_spec *s, int batch_size);
+/* The micro-batches an effective batch N allows: the divisors b of N with b <= 65536 and
+ * N/b <= 1024, ascending. Writes at most `max` of them to out (out may be NULL when max is 0)
+ * and returns how many there are (0 when N is out of 1…67108864, or, e.g., a prime > 65536). */
+int tq_spec_batch_candidates(int64_t effective_batch, int *out, int max);
 
 const char *tq_model_name(tq_model_kind);
 const char *tq_dataset_name(tq_data_kind);

@@ -298,6 +298,10 @@ int tq_train(const tq_spec *sp, const tq_run_opts *o, tq_summary *sum) {
     tq_graph *g = NULL;
     int rc = 0;
 
+    if (tq_spec_batch_unresolved(sp)) {   /* autobatch.h resolves it first: never train batch 0 */
+        fail(sum, "invalid_spec", "batch_size \"auto\" was not resolved to a micro-batch before training");
+        return TQ_EINVAL;
+    }
     if (load_data(sp, &ds, code, sizeof code, err, sizeof err)) { fail(sum, code, err); return TQ_EDATA; }
     r.sp = sp; r.ds = &ds;
     if (open_backend(sp, &r.be, sum->device, sizeof sum->device, code, sizeof code, err, sizeof err)) {

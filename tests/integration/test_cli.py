@@ -62,6 +62,17 @@ def test_plan(trainq, tmp_path):
              "workspace_bytes"]
     assert plan["total_bytes"] == sum(plan[k] for k in parts)
     assert plan["model"] == "resnet20" and plan["amp"] == "bf16" and plan["batch_size"] == 64
+    assert plan["accum_steps"] == 1 and plan["effective_batch"] == 64
+    assert plan["planned_peak_bytes"] == plan["total_bytes"] + plan["data_bytes"]
+    assert plan["batch_size_auto"] is False and "fits" not in plan
+    # --memory-mb on an explicit spec only reports whether it fits
+    for mb, fits in ((1, False), (100000, True)):
+        r = subprocess.run([trainq, "plan", str(p), "--memory-mb", str(mb)], stdout=subprocess.PIPE,
+                           text=True)
+        assert r.returncode == 0
+        assert json.loads(r.stdout)["fits"] is fits
+    r = subprocess.run([trainq, "plan", "--help"], stdout=subprocess.PIPE, text=True)
+    assert r.returncode == 0 and "usage: trainq plan" in r.stdout
 
 
 def test_bad_specs_exit_2_naming_the_field(trainq, tmp_path):

@@ -31,7 +31,8 @@ static tq_spec parse_ok(const char *json) {
 static int spec_equal(const tq_spec *a, const tq_spec *b) {
 #define EQ(f) do { if (a->f != b->f) { print_error("spec field " #f " differs\n"); return 0; } } while (0)
 #define SEQ(f) do { if (strcmp(a->f, b->f)) { print_error("spec field " #f " differs: \"%s\" vs \"%s\"\n", a->f, b->f); return 0; } } while (0)
-    SEQ(name); EQ(model); EQ(dataset); SEQ(data_dir); EQ(batch_size); EQ(accum_steps); EQ(amp);
+    SEQ(name); EQ(model); EQ(dataset); SEQ(data_dir); EQ(batch_size); EQ(accum_steps);
+    EQ(batch_auto); EQ(effective_batch); EQ(amp);
     EQ(steps); EQ(epochs);
     EQ(optimizer.type); EQ(optimizer.lr); EQ(optimizer.momentum); EQ(optimizer.weight_decay);
     EQ(optimizer.beta1); EQ(optimizer.beta2); EQ(optimizer.eps); EQ(optimizer.nesterov);
@@ -513,6 +514,29 @@ static const bad_case bad_cases[] = {
     { "{\"dataset\":\"synthetic\",\"synthetic\":{\"width\":4097}}", "synthetic.width" },
     { "{\"dataset\":\"synthetic\",\"synthetic\":{\"channels\":0}}", "synthetic.channels" },
     { "{\"dataset\":\"synthetic\",\"synthetic\":{\"channels\":2.5}}", "synthetic.channels" },
+    /* batch_size "auto" and effective_batch */
+    { "{\"batch_size\":\"AUTO\",\"effective_batch\":256}", "batch_size" },
+    { "{\"batch_size\":\"\",\"effective_batch\":256}", "batch_size" },
+    { "{\"batch_size\":true}", "batch_size" }, { "{\"batch_size\":null}", "batch_size" },
+    { "{\"batch_size\":\"auto\"}", "batch_size" },
+    { "{\"batch_size\":\"auto\",\"accum_steps\":4}", "batch_size" },
+    { "{\"batch_size\":\"auto\",\"effective_batch\":0}", "effective_batch" },
+    { "{\"batch_size\":\"auto\",\"effective_batch\":-8}", "effective_batch" },
+    { "{\"batch_size\":\"auto\",\"effective_batch\":2.5}", "effective_batch" },
+    { "{\"batch_size\":\"auto\",\"effective_batch\":\"256\"}", "effective_batch" },
+    { "{\"batch_size\":\"auto\",\"effective_batch\":67108865}", "effective_batch" },
+    { "{\"batch_size\":\"auto\",\"effective_batch\":null}", "effective_batch" },
+    { "{\"batch_size\":\"auto\",\"effective_batch\":65537}", "effective_batch" },   /* a prime */
+    { "{\"effective_batch\":256,\"effective_batch\":256,\"batch_size\":\"auto\"}", "effective_batch" },
+    { "{\"effective_batch\":256}", "effective_batch" },
+    { "{\"effective_batch\":256,\"accum_steps\":8}", "effective_batch" },
+    { "{\"batch_size\":48,\"effective_batch\":256}", "effective_batch" },
+    { "{\"batch_size\":1,\"effective_batch\":2048}", "effective_batch" },          /* 2048 > 1024 */
+    { "{\"batch_size\":32,\"effective_batch\":256,\"accum_steps\":4}", "accum_steps" },
+    { "{\"accum_steps\":4,\"effective_batch\":256,\"batch_size\":32}", "accum_steps" },
+    { "{\"batch_size\":\"auto\",\"effective_batch\":256,\"accum_steps\":3}", "accum_steps" },
+    { "{\"batch_size\":\"auto\",\"effective_batch\":67108864,\"accum_steps\":1}", "accum_steps" },
+    { "{\"batch_size\":\"auto\",\"effective_batch\":256,\"accum_steps\":0}", "accum_steps" },
     /* the first bad field in document order is the one reported */
     { "{\"model\":\"x\",\"batch_size\":0}", "model" },
     { "{\"batch_size\":0,\"model\":\"x\"}", "batch_size" },
@@ -601,7 +625,7 @@ static void test_messages(void **state) {
     assert_int_equal(tq_spec_parse(&s, "{\"batch_size\":5.5}", &e), TQ_SPEC_BAD);
     assert_string_equal(e.message, "batch_size must be an integer in 1..65536 (got 5.5)");
     assert_int_equal(tq_spec_parse(&s, "{\"batch_size\":\"32\"}", &e), TQ_SPEC_BAD);
-    assert_string_equal(e.message, "batch_size must be an integer in 1..65536 (got \"32\")");
+    assert_string_equal(e.message, "batch_size must be an integer in 1..65536 or \"auto\" (got \"32\")");
     assert_int_equal(tq_spec_parse(&s, "{\"btach_size\":32}", &e), TQ_SPEC_BAD);
     assert_string_equal(e.message, "unknown field \"btach_size\"");
     assert_int_equal(tq_spec_parse(&s, "{\"optimizer\":{\"foo\":1}}", &e), TQ_SPEC_BAD);
@@ -634,6 +658,140 @@ static void test_messages(void **state) {
     assert_non_null(strstr(e.message, "end of the document"));
     assert_int_equal(tq_spec_parse(&s, "", &e), TQ_SPEC_BAD);
     assert_non_null(strstr(e.message, "empty"));
+}
+
+/* ---- batch_size "auto" and effective_batch ----------------------------------------------- */
+
+static void test_batch_auto(void **state) {
+    (void)state;
+    /* unresolved: batch_size and accum_steps 0 until the picker chooses */
+    tq_spec s = parse_ok("{\"batch_size\":\"auto\",\"effective_batch\":256}");
+    assert_int_equal(s.batch_auto, 1);
+    assert_int_equal(s.effective_batch, 256);
+    assert_int_equal(s.batch_size, 0);
+    assert_int_equal(s.accum_steps, 0);
+    assert_true(tq_spec_batch_unresolved(&s));
+    /* the order of the members does not matter */
+    tq_spec t = parse_ok("{\"effective_batch\":256,\"batch_size\":\"auto\"}");
+    assert_memory_equal(&s, &t, sizeof s);
+    /* resolving: batch_size and accum_steps, and the resolved form is what accum_steps gives */
+    tq_spec_set_batch(&s, 32);
+    assert_int_equal(s.batch_size, 32);
+    assert_int_equal(s.accum_steps, 8);
+    assert_false(tq_spec_batch_unresolved(&s));
+    t = parse_ok("{\"batch_size\":\"auto\",\"effective_batch\":256,\"accum_steps\":8}");
+    assert_true(spec_equal(&s, &t));
+    assert_memory_equal(&s, &t, sizeof s);
+    assert_int_equal(t.batch_auto, 1);
+    t = parse_ok("{\"batch_size\":\"auto\",\"effective_batch\":256,\"accum_steps\":1}");
+    assert_int_equal(t.batch_size, 256);
+    assert_int_equal(t.accum_steps, 1);
+    t = parse_ok("{\"batch_size\":\"auto\",\"effective_batch\":67108864,\"accum_steps\":1024}");
+    assert_int_equal(t.batch_size, 65536);
+    t = parse_ok("{\"batch_size\":\"auto\",\"effective_batch\":67108864}");   /* only 65536 x 1024 */
+    assert_true(tq_spec_batch_unresolved(&t));
+    t = parse_ok("{\"batch_size\":\"auto\",\"effective_batch\":1}");
+    assert_int_equal(t.effective_batch, 1);
+
+    /* an explicit batch_size with effective_batch sets accum_steps */
+    t = parse_ok("{\"batch_size\":32,\"effective_batch\":256}");
+    assert_int_equal(t.batch_auto, 0);
+    assert_int_equal(t.batch_size, 32);
+    assert_int_equal(t.accum_steps, 8);
+    assert_int_equal(t.effective_batch, 256);
+    t = parse_ok("{\"accum_steps\":8,\"batch_size\":32,\"effective_batch\":256}");   /* agreeing */
+    assert_int_equal(t.accum_steps, 8);
+    t = parse_ok("{\"batch_size\":2,\"effective_batch\":2048}");
+    assert_int_equal(t.accum_steps, 1024);
+    t = parse_ok("{\"batch_size\":64,\"effective_batch\":64}");
+    assert_int_equal(t.accum_steps, 1);
+    /* without effective_batch nothing changes */
+    t = parse_ok("{\"batch_size\":32,\"accum_steps\":3}");
+    assert_int_equal(t.batch_auto, 0);
+    assert_int_equal(t.effective_batch, 0);
+    assert_int_equal(t.accum_steps, 3);
+    tq_spec_set_batch(&t, 16);   /* no effective_batch: only the micro-batch */
+    assert_int_equal(t.batch_size, 16);
+    assert_int_equal(t.accum_steps, 3);
+
+    /* the messages */
+    tq_spec_err e;
+    assert_int_equal(tq_spec_parse(&t, "{\"batch_size\":\"auto\"}", &e), TQ_SPEC_BAD);
+    assert_string_equal(e.field, "batch_size");
+    assert_non_null(strstr(e.message, "needs effective_batch"));
+    assert_int_equal(tq_spec_parse(&t, "{\"effective_batch\":256}", &e), TQ_SPEC_BAD);
+    assert_string_equal(e.field, "effective_batch");
+    assert_non_null(strstr(e.message, "needs batch_size: \"auto\" or an explicit batch_size that divides it"));
+    assert_int_equal(tq_spec_parse(&t, "{\"batch_size\":48,\"effective_batch\":256}", &e), TQ_SPEC_BAD);
+    assert_string_equal(e.message, "effective_batch 256 is not a multiple of batch_size 48");
+    assert_int_equal(tq_spec_parse(&t, "{\"batch_size\":32,\"effective_batch\":256,\"accum_steps\":4}", &e),
+                     TQ_SPEC_BAD);
+    assert_string_equal(e.field, "accum_steps");
+    assert_non_null(strstr(e.message, "256 / batch_size 32 = 8"));
+    assert_int_equal(tq_spec_parse(&t, "{\"batch_size\":\"auto\",\"effective_batch\":256,\"accum_steps\":3}", &e),
+                     TQ_SPEC_BAD);
+    assert_string_equal(e.message, "accum_steps 3 does not divide effective_batch 256");
+    assert_int_equal(tq_spec_parse(&t, "{\"batch_size\":\"auto\",\"effective_batch\":67108865}", &e), TQ_SPEC_BAD);
+    assert_string_equal(e.message, "effective_batch must be an integer in 1..67108864 (got 67108865)");
+    assert_int_equal(tq_spec_parse(&t, "{\"batch_size\":\"big\"}", &e), TQ_SPEC_BAD);
+    assert_string_equal(e.message, "batch_size must be an integer in 1..65536 or \"auto\" (got \"big\")");
+
+    /* rendering: "auto" and effective_batch; accum_steps only once resolved */
+    cJSON *j = render("{\"batch_size\":\"auto\",\"effective_batch\":256}");
+    assert_string_equal(cJSON_GetObjectItem(j, "batch_size")->valuestring, "auto");
+    assert_true(cJSON_GetObjectItem(j, "effective_batch")->valuedouble == 256);
+    assert_null(cJSON_GetObjectItem(j, "accum_steps"));
+    cJSON_Delete(j);
+    j = render("{\"batch_size\":\"auto\",\"effective_batch\":256,\"accum_steps\":8}");
+    assert_string_equal(cJSON_GetObjectItem(j, "batch_size")->valuestring, "auto");
+    assert_true(cJSON_GetObjectItem(j, "accum_steps")->valuedouble == 8);
+    cJSON_Delete(j);
+    j = render("{\"batch_size\":32,\"effective_batch\":256}");
+    assert_true(cJSON_GetObjectItem(j, "batch_size")->valuedouble == 32);
+    assert_true(cJSON_GetObjectItem(j, "accum_steps")->valuedouble == 8);
+    assert_true(cJSON_GetObjectItem(j, "effective_batch")->valuedouble == 256);
+    cJSON_Delete(j);
+    j = render("{\"batch_size\":32}");
+    assert_null(cJSON_GetObjectItem(j, "effective_batch"));
+    cJSON_Delete(j);
+    /* a spec resolved with tq_spec_set_batch renders its resolved form and parses back to it */
+    s = parse_ok("{\"batch_size\":\"auto\",\"effective_batch\":96,\"model\":\"resnet20\"}");
+    tq_spec_set_batch(&s, 12);
+    char *text = tq_spec_to_json(&s);
+    assert_non_null(text);
+    assert_non_null(strstr(text, "\"batch_size\":\"auto\",\"accum_steps\":8,\"effective_batch\":96"));
+    assert_int_equal(tq_spec_parse(&t, text, &e), TQ_SPEC_OK);
+    assert_memory_equal(&s, &t, sizeof s);
+    free(text);
+}
+
+static void test_batch_candidates(void **state) {
+    (void)state;
+    int c[64];
+    static const int c256[] = { 1, 2, 4, 8, 16, 32, 64, 128, 256 };
+    assert_int_equal(tq_spec_batch_candidates(256, c, 64), 9);
+    assert_memory_equal(c, c256, sizeof c256);
+    static const int c12[] = { 1, 2, 3, 4, 6, 12 };
+    assert_int_equal(tq_spec_batch_candidates(12, c, 64), 6);
+    assert_memory_equal(c, c12, sizeof c12);
+    /* accum_steps <= 1024: 2048 cannot use a micro-batch of 1 */
+    assert_int_equal(tq_spec_batch_candidates(2048, c, 64), 11);
+    assert_int_equal(c[0], 2);
+    assert_int_equal(c[10], 2048);
+    /* micro-batch <= 65536 */
+    assert_int_equal(tq_spec_batch_candidates(67108864, c, 64), 1);
+    assert_int_equal(c[0], 65536);
+    assert_int_equal(tq_spec_batch_candidates(65537, c, 64), 0);
+    assert_int_equal(tq_spec_batch_candidates(0, c, 64), 0);
+    assert_int_equal(tq_spec_batch_candidates(67108865, c, 64), 0);
+    /* counting without storing, and a short out[] */
+    assert_int_equal(tq_spec_batch_candidates(256, NULL, 0), 9);
+    c[3] = -1;
+    assert_int_equal(tq_spec_batch_candidates(256, c, 3), 9);
+    assert_int_equal(c[2], 4);
+    assert_int_equal(c[3], -1);
+    assert_int_equal(tq_spec_batch_candidates(1, c, 64), 1);
+    assert_int_equal(c[0], 1);
 }
 
 /* ---- rendering and round trip ---------------------------------------------------------- */
@@ -729,6 +887,15 @@ static void test_round_trip(void **state) {
         "\"priority\":-7,\"submission_id\":\"sub-42\",\"timeout_s\":3600,\"cudnn_benchmark\":false,"
         "\"prune\":{\"amount\":0.95},\"quantize\":\"int8\",\"threads\":16,"
         "\"recompute\":false,\"deterministic\":false}");
+    /* batch_size "auto" (unresolved and resolved) and effective_batch with an explicit batch */
+    check_round_trip("{\"batch_size\":\"auto\",\"effective_batch\":256}");
+    check_round_trip("{\"batch_size\":\"auto\",\"effective_batch\":256,\"accum_steps\":8}");
+    check_round_trip("{\"batch_size\":\"auto\",\"effective_batch\":67108864,\"accum_steps\":1024}");
+    check_round_trip("{\"batch_size\":\"auto\",\"effective_batch\":7,\"model\":\"resnet20\","
+                     "\"dataset\":\"synthetic\",\"max_memory_mb\":60}");
+    check_round_trip("{\"batch_size\":32,\"effective_batch\":256}");
+    check_round_trip("{\"batch_size\":32,\"effective_batch\":256,\"accum_steps\":8}");
+    check_round_trip("{\"batch_size\":1,\"effective_batch\":1}");
 }
 
 int main(void) {
@@ -741,6 +908,8 @@ int main(void) {
         cmocka_unit_test(test_bad_inputs),
         cmocka_unit_test(test_long_strings),
         cmocka_unit_test(test_messages),
+        cmocka_unit_test(test_batch_auto),
+        cmocka_unit_test(test_batch_candidates),
         cmocka_unit_test(test_rendering),
         cmocka_unit_test(test_round_trip),
     };
