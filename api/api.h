@@ -14,6 +14,7 @@
 #ifndef TQ_API_H
 #define TQ_API_H
 #include <stddef.h>
+#include "ledger.h"
 
 /* A GPU as the daemon's probe saw it (a `trainq devices` child at start: the daemon itself
  * never creates a CUDA context, so it holds no device memory and forks its workers cleanly). */
@@ -22,6 +23,7 @@ typedef struct {
     char name[96];
     char arch[16];               /* "sm_90" */
     long long total_bytes, free_bytes;   /* free: at the probe, before any job of ours ran */
+    char pci_bus_id[32];         /* NVML's name for it ("" unknown): the supervisor's memory reads */
 } tq_api_gpu;
 
 typedef struct {
@@ -29,13 +31,14 @@ typedef struct {
     unsigned short port;
     const char *db_path;
     const char *jobs_dir;        /* <state dir>/jobs: a job's files are jobs_dir/<id>/ */
-    const char *devices;         /* the daemon's --devices: auto, cpu or cuda:N */
+    const char *devices;         /* the daemon's --devices as given (auto, or a list) */
     const tq_api_gpu *gpus;      /* the GPUs jobs may use (copied); NULL/0: none */
     int ngpus;
     const char *cuda;            /* "available", or why no GPU is used (one line) */
     const char *allowed_hosts;   /* extra Host names, comma-separated; NULL none */
     unsigned threads;            /* pool size, 0: 4 */
     size_t max_body;             /* bytes, 0: 64 KiB */
+    tq_ledger *ledger;           /* the devices and placement (not owned; outlives the API) */
 } tq_api_config;
 
 typedef struct tq_api tq_api;

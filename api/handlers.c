@@ -3,6 +3,8 @@
 #include "report.h"
 #include "spec.h"
 #include "trainer.h"
+#include "autobatch.h"
+#include "device.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -22,13 +24,35 @@ static const char *const no_params[] = { NULL };
 #define CHECK_QUERY(c, allowed) do { enum MHD_Result ans_; \
     if (!tq_query_check((c), (allowed), &ans_)) return ans_; } while (0)
 
+/* A job as the API shows it: render.c's object plus what placement knows — the CPU threads its
+ * worker was given, and for a queued job why it waits (the scheduler's last round). */
+static cJSON *job_json(const tq_api *a, const tq_job *j) {
+    cJSON *o = tq_job_json(j);
+    if (!o) return NULL;
+    if (j->threads > 0) cJSON_AddNumberToObject(o, "threads", j->threads);
+    else cJSON_AddNullToObject(o, "threads");
+    tq_ledger_wait w;
+    if (!strcmp(j->state, "queued") && a->ledger && tq_ledger_wait_of(a->ledger, j->id, &w)) {
+        cJSON *wf = cJSON_AddObjectToObject(o, "waiting_for");
+        cJSON_AddStringToObject(wf, "reason", w.reason);
+        if (w.device[0]) cJSON_AddStringToObject(wf, "device", w.device);
+        else cJSON_AddNullToObject(wf, "device");
+        cJSON_AddNumberToObject(wf, "needs_bytes", (double)w.needs);
+        cJSON_AddNumberToObject(wf, "free_bytes", (double)w.free);
+        if (w.behind > 0) cJSON_AddNumberToObject(wf, "behind", (double)w.behind);
+    } else {
+        cJSON_AddNullToObject(o, "waiting_for");
+    }
+    return o;
+}
+
 /* answers the job `id` with `status` (200/201), or 404 */
 static enum MHD_Result send_job(tq_ctx *c, tq_store *s, int64_t id, unsigned status) {
     tq_job j;
     int rc = tq_queue_get(s, id, &j);
     if (rc < 0) return tq_send_store_error(c, s, rc);
     if (rc == 0) return tq_send_error(c, MHD_HTTP_NOT_FOUND, "not_found", NULL, "no job %lld", (long long)id);
-    cJSON *o = tq_job_json(&j);
+    cJSON *o = job_json(c->api, &j);
     tq_job_free(&j);
     return tq_send_json(c, status, o);
 }
@@ -46,79 +70,70 @@ static long long mem_available(void) {
     return kb < 0 ? -1 : kb * 1024;
 }
 
-/* Where a job asking for device `dev` runs under this daemon (worker.c's bind_device, then
- * the trainer's auto rule): *gpu is the GPU, or NULL for the CPU. 0, or -1 with why[] when the
- * job names a device this daemon cannot give it. */
-static int job_target(const tq_api *a, const char *dev, const tq_api_gpu **gpu, char *why, size_t n) {
-    *gpu = NULL;
-    int job_gpu = !strncmp(dev, "cuda", 4);
-    if (!strcmp(a->devices, "cpu")) {
-        if (!job_gpu) return 0;
-        snprintf(why, n, "the job asks for device \"%s\", but this daemon runs jobs on the CPU only (--devices cpu)", dev);
-        return -1;
-    }
-    if (!strcmp(dev, "cpu")) return 0;
-    int want = !strncmp(dev, "cuda:", 5) ? atoi(dev + 5) : -1;   /* -1: the first GPU */
-    if (strcmp(a->devices, "auto")) {                               /* --devices cuda:N */
-        int dn = atoi(a->devices + 5);
-        if (want >= 0 && want != dn) {
-            snprintf(why, n, "the job asks for device \"%s\", but this daemon runs jobs on %s (--devices)", dev, a->devices);
-            return -1;
-        }
-        want = dn;
-        job_gpu = 1;
-    }
-    for (int i = 0; i < a->ngpus; i++)
-        if (want < 0 || a->gpus[i].ordinal == want) { *gpu = &a->gpus[i]; return 0; }
-    if (!job_gpu) return 0;                                         /* auto without a GPU: the CPU */
-    if (a->ngpus == 0)
-        snprintf(why, n, "the job asks for device \"%s\", but this daemon has no GPU: %s", dev, a->cuda);
-    else
-        snprintf(why, n, "the job asks for device \"%s\", but cuda:%d does not exist (this daemon has %d GPU%s, cuda:0..cuda:%d)",
-                 dev, want, a->ngpus, a->ngpus == 1 ? "" : "s", a->ngpus - 1);
-    return -1;
-}
-
-/* What the plan depends on; specs with the same key have the same plan. */
-static void plan_key(const tq_spec *sp, char *k, size_t n) {
-    snprintf(k, n, "%d|%d|%.1024s|%d|%d|%d|%d|%lld|%lld|%lld|%lld|%d|%d|%d", (int)sp->model,
-             (int)sp->dataset, sp->data_dir, sp->batch_size, (int)sp->amp, (int)sp->optimizer.type,
-             sp->optimizer.momentum != 0, (long long)sp->train_subset, (long long)sp->eval_subset,
-             (long long)sp->synthetic.train, (long long)sp->synthetic.test, sp->synthetic.h,
-             sp->synthetic.w, sp->synthetic.c);
+/* The plan cache's key: the spec as the planner reads it (the same struct, rendered in full),
+ * less the fields that cannot change a plan (labels, scheduling, the time limit). Any other
+ * difference — recompute, threads, amp, a subset, the data directory, a field added tomorrow —
+ * gives another key, so a cached plan is never one of a different spec. malloc'd. */
+static char *plan_key(const tq_spec *sp) {
+    tq_spec k = *sp;
+    memset(k.name, 0, sizeof k.name);
+    memset(k.submission_id, 0, sizeof k.submission_id);
+    k.priority = 0;
+    k.timeout_s = 0;
+    return tq_spec_to_json(&k);
 }
 
 /* 0 and the plan's bytes; else code/err filled */
 static int plan_cached(tq_api *a, const tq_spec *sp, long long *total, long long *data, char *code,
                        size_t cl, char *err, size_t el) {
-    char key[sizeof a->plans[0].key];
-    plan_key(sp, key, sizeof key);
+    enum { N = sizeof a->plans / sizeof a->plans[0] };
+    char *key = plan_key(sp);
+    if (!key) { snprintf(code, cl, "internal"); snprintf(err, el, "out of memory"); return -1; }
     pthread_mutex_lock(&a->plan_mu);
-    for (size_t i = 0; i < sizeof a->plans / sizeof a->plans[0]; i++)
-        if (a->plans[i].used && !strcmp(a->plans[i].key, key)) {
+    for (size_t i = 0; i < N; i++)
+        if (a->plans[i].key && !strcmp(a->plans[i].key, key)) {
             *total = a->plans[i].total; *data = a->plans[i].data;
             a->plans[i].stamp = ++a->plan_clock;
             pthread_mutex_unlock(&a->plan_mu);
+            free(key);
             return 0;
         }
     pthread_mutex_unlock(&a->plan_mu);
     tq_plan_report rep;
-    if (tq_plan_spec(sp, &rep, code, cl, err, el)) return -1;
+    if (tq_plan_spec(sp, &rep, code, cl, err, el)) { free(key); return -1; }
     *total = (long long)rep.plan.total;
     *data = (long long)rep.plan.data;
     pthread_mutex_lock(&a->plan_mu);
     size_t victim = 0;
-    for (size_t i = 0; i < sizeof a->plans / sizeof a->plans[0]; i++) {
-        if (!a->plans[i].used) { victim = i; break; }
+    for (size_t i = 0; i < N; i++) {
+        if (!a->plans[i].key) { victim = i; break; }
         if (a->plans[i].stamp < a->plans[victim].stamp) victim = i;
     }
-    snprintf(a->plans[victim].key, sizeof a->plans[victim].key, "%s", key);
+    free(a->plans[victim].key);
+    a->plans[victim].key = key;
     a->plans[victim].total = *total;
     a->plans[victim].data = *data;
-    a->plans[victim].used = 1;
     a->plans[victim].stamp = ++a->plan_clock;
     pthread_mutex_unlock(&a->plan_mu);
     return 0;
+}
+
+/* The devices this daemon serves, as the ledger has them now. */
+static int ledger_devices(const tq_api *a, tq_ledger_dev *devs) {
+    return a->ledger ? tq_ledger_devices(a->ledger, devs, TQ_LEDGER_MAX_DEVICES) : 0;
+}
+
+static void served_list(const tq_ledger_dev *devs, int n, char *out, size_t len) {
+    size_t k = 0;
+    out[0] = 0;
+    for (int i = 0; i < n && k < len; i++)
+        k += (size_t)snprintf(out + k, len - k, "%s%s", i ? ", " : "", devs[i].id);
+}
+
+/* The bytes placement counts for a job whose training plan is total + data: on the CPU the
+ * plan itself; on a GPU also the CUDA context and the bound on cuDNN's workspace (trainer.h). */
+static long long need_on(const tq_ledger_dev *d, long long plan) {
+    return d->gpu ? plan + TQ_GPU_CONTEXT_BYTES + TQ_GPU_WORKSPACE_BOUND : plan;
 }
 
 enum MHD_Result tq_h_submit(tq_ctx *c) {
@@ -138,12 +153,54 @@ enum MHD_Result tq_h_submit(tq_ctx *c) {
         if (old < 0) return tq_send_store_error(c, s, (int)old);
         if (old > 0) return send_job(c, s, old, MHD_HTTP_OK);
     }
-    const tq_api_gpu *gpu = NULL;
-    char why[512];
-    if (job_target(c->api, sp.device, &gpu, why, sizeof why))
-        return tq_send_error(c, MHD_HTTP_UNPROCESSABLE_CONTENT, "device_unavailable", "device", "%s", why);
-    long long total = 0, data = 0;
+
+    /* where it may run: the one device resolver over the devices this daemon serves */
+    tq_ledger_dev devs[TQ_LEDGER_MAX_DEVICES];
+    int ndev = ledger_devices(c->api, devs);
+    char ids[TQ_LEDGER_MAX_DEVICES][TQ_DEV_ID_MAX];
+    for (int i = 0; i < ndev; i++) memcpy(ids[i], devs[i].id, TQ_DEV_ID_MAX);
+    tq_devsel want;
+    int cand[TQ_LEDGER_MAX_DEVICES], nc = 0;
+    if (tq_devsel_parse(sp.device, &want) == 0) nc = tq_devsel_candidates(&want, ids, ndev, cand);
+    if (nc == 0) {
+        char served[200];
+        served_list(devs, ndev, served, sizeof served);
+        int gpu_wish = !strncmp(sp.device, "cuda", 4);
+        return tq_send_error(c, MHD_HTTP_UNPROCESSABLE_CONTENT, "device_unavailable", "device",
+                             "the job asks for device \"%s\", but this daemon serves %s (--devices %s)%s%s",
+                             sp.device, served[0] ? served : "no device", c->api->devices,
+                             gpu_wish && c->api->ngpus == 0 ? "; no GPU: " : "",
+                             gpu_wish && c->api->ngpus == 0 ? c->api->cuda : "");
+    }
+
+    /* "batch_size": "auto": the largest micro-batch whose plan fits max_memory_mb, else the
+     * budget of the device the job prefers (the first candidate: a GPU for auto) */
     char code[32] = "", err[512] = "";
+    if (tq_spec_batch_unresolved(&sp)) {
+        const tq_ledger_dev *pref = &devs[cand[0]];
+        long long cap, extra = 0;
+        char cap_name[96];
+        if (sp.max_memory_mb > 0) {
+            cap = (long long)sp.max_memory_mb << 20;
+            snprintf(cap_name, sizeof cap_name, "max_memory_mb %lld", (long long)sp.max_memory_mb);
+        } else {
+            cap = pref->budget;
+            extra = need_on(pref, 0);
+            snprintf(cap_name, sizeof cap_name, "the memory budget of %s", pref->id);
+        }
+        tq_plan_report rep;
+        long long need_auto = 0;
+        int rc = tq_autobatch_pick(&sp, cap, extra, cap_name, &sp, &rep, &need_auto, code, sizeof code, err, sizeof err);
+        if (rc && !strcmp(code, "cannot_fit"))
+            return tq_send_error(c, MHD_HTTP_UNPROCESSABLE_CONTENT, "cannot_fit",
+                                 sp.max_memory_mb > 0 ? "max_memory_mb" : "batch_size", "%s", err);
+        if (rc) {
+            const char *field = strstr(code, "data") ? "data_dir" : NULL;
+            return tq_send_error(c, MHD_HTTP_BAD_REQUEST, code[0] ? code : "invalid_spec", field, "%s", err);
+        }
+    }
+
+    long long total = 0, data = 0;
     if (plan_cached(c->api, &sp, &total, &data, code, sizeof code, err, sizeof err)) {
         const char *field = strstr(code, "data") ? "data_dir" : NULL;
         return tq_send_error(c, MHD_HTTP_BAD_REQUEST, code[0] ? code : "invalid_spec", field, "%s", err);
@@ -155,23 +212,26 @@ enum MHD_Result tq_h_submit(tq_ctx *c) {
                              "the dataset), over max_memory_mb %lld (%lld bytes)", need,
                              need / 1048576.0, total, data, (long long)sp.max_memory_mb,
                              (long long)sp.max_memory_mb * 1048576LL);
-    /* the device's free memory: the host's for the CPU; for a GPU, what the probe saw before
-     * any job of ours ran (jobs run one at a time). The plan uses the CPU backend's workspace
-     * sizes; cuDNN's are known only on the device, and the worker checks again with those. */
-    long long avail = gpu ? gpu->free_bytes : mem_available();
-    char where[160];
-    if (gpu) snprintf(where, sizeof where, "cuda:%d's (%s)", gpu->ordinal, gpu->name);
-    else snprintf(where, sizeof where, "the host's");
-    if (avail > 0 && need > avail)
+    /* a job larger than the budget of every device it may use could never start */
+    int fits = 0, big = cand[0];
+    for (int k = 0; k < nc; k++) {
+        const tq_ledger_dev *d = &devs[cand[k]];
+        if (need_on(d, need) <= d->budget) fits = 1;
+        if (d->budget > devs[big].budget) big = cand[k];
+    }
+    if (!fits)
         return tq_send_error(c, MHD_HTTP_UNPROCESSABLE_CONTENT, "cannot_fit", NULL,
-                             "the planned peak is %lld bytes (%.1f MiB), more than %s free "
-                             "memory, %lld bytes (%.1f MiB)", need, need / 1048576.0, where, avail,
-                             avail / 1048576.0);
+                             "the planned peak is %lld bytes (%.1f MiB%s), more than the memory budget of %s, "
+                             "%lld bytes (%.1f MiB), the largest of the devices it may use",
+                             need_on(&devs[big], need), need_on(&devs[big], need) / 1048576.0,
+                             devs[big].gpu ? " with the CUDA context and workspace" : "", devs[big].id,
+                             devs[big].budget, devs[big].budget / 1048576.0);
     char *spec_json = tq_spec_to_json(&sp);
     if (!spec_json) return tq_send_error(c, MHD_HTTP_INTERNAL_SERVER_ERROR, "internal", NULL, "out of memory");
     int64_t id = 0;
     int existed = 0;
-    int rc = tq_queue_submit(s, sp.name, spec_json, sp.priority, sp.submission_id, total, &id, &existed);
+    tq_job_plan plan = { total, need, need + TQ_GPU_CONTEXT_BYTES + TQ_GPU_WORKSPACE_BOUND };
+    int rc = tq_queue_submit(s, sp.name, spec_json, sp.priority, sp.submission_id, &plan, &id, &existed);
     free(spec_json);
     if (rc) return tq_send_store_error(c, s, rc);
     return send_job(c, s, id, existed ? MHD_HTTP_OK : MHD_HTTP_CREATED);
@@ -202,7 +262,7 @@ enum MHD_Result tq_h_list(tq_ctx *c) {
     int rc = tq_queue_list(s, state, before, (int)limit, &jobs, &n, &next);
     if (rc) return tq_send_store_error(c, s, rc);
     cJSON *o = cJSON_CreateObject(), *arr = cJSON_AddArrayToObject(o, "jobs");
-    for (int i = 0; i < n; i++) cJSON_AddItemToArray(arr, tq_job_json(&jobs[i]));
+    for (int i = 0; i < n; i++) cJSON_AddItemToArray(arr, job_json(c->api, &jobs[i]));
     tq_jobs_free(jobs, n);
     if (next > 0) cJSON_AddNumberToObject(o, "next", (double)next);
     else cJSON_AddNullToObject(o, "next");
@@ -334,62 +394,80 @@ enum MHD_Result tq_h_model(tq_ctx *c) {
 
 /* ---- devices, health, metrics --------------------------------------------------------- */
 
-/* the running job (0 none) and its latest step */
-static int running_job(tq_store *s, tq_job *out) {
-    tq_job *jobs;
-    int n;
+/* The running jobs (at most max) with their latest steps; *n of them, malloc'd (tq_jobs_free). */
+static int running_jobs(tq_store *s, tq_job **jobs, int *n) {
     int64_t next;
-    if (tq_queue_list(s, "running", 0, 1, &jobs, &n, &next)) return -1;
-    if (n == 0) { free(jobs); return 0; }
-    *out = jobs[0];
-    free(jobs);   /* the strings now belong to *out */
-    return 1;
+    return tq_queue_list(s, "running", 0, 1000, jobs, n, &next);
 }
 
-static void add_job_of(cJSON *d, const char *id, int have, const tq_job *j) {
-    if (have && !strcmp(j->device, id)) {
-        cJSON_AddNumberToObject(d, "job", (double)j->id);
-        if (j->has_latest) cJSON_AddNumberToObject(d, "job_mem_reserved_bytes", (double)j->latest.mem_reserved_bytes);
-    } else {
-        cJSON_AddNullToObject(d, "job");
-    }
+static const tq_job *find_job(const tq_job *jobs, int n, int64_t id) {
+    for (int i = 0; i < n; i++) if (jobs[i].id == id) return &jobs[i];
+    return NULL;
 }
 
 enum MHD_Result tq_h_devices(tq_ctx *c) {
     CHECK_QUERY(c, no_params);
     tq_store *s = tq_api_store(c);
     if (!s) return NO_STORE(c);
-    tq_job j;
-    int r = running_job(s, &j);
-    if (r < 0) return tq_send_store_error(c, s, TQ_STORE_ERR);
+    tq_job *run;
+    int nrun;
+    int rc = running_jobs(s, &run, &nrun);
+    if (rc) return tq_send_store_error(c, s, rc);
     const tq_api *a = c->api;
+    tq_ledger_dev devs[TQ_LEDGER_MAX_DEVICES];
+    int ndev = ledger_devices(a, devs);
     cJSON *o = cJSON_CreateObject(), *arr = cJSON_AddArrayToObject(o, "devices");
-    for (int i = 0; i < a->ngpus; i++) {
-        const tq_api_gpu *g = &a->gpus[i];
-        char id[24];
-        snprintf(id, sizeof id, "cuda:%d", g->ordinal);
+    for (int i = 0; i < ndev; i++) {
+        const tq_ledger_dev *v = &devs[i];
         cJSON *d = cJSON_CreateObject();
-        cJSON_AddStringToObject(d, "id", id);
-        cJSON_AddStringToObject(d, "backend", "cuda");
-        cJSON_AddStringToObject(d, "name", g->name);
-        cJSON_AddStringToObject(d, "arch", g->arch);
-        cJSON_AddNumberToObject(d, "memory_total_bytes", (double)g->total_bytes);
-        cJSON_AddNumberToObject(d, "memory_free_bytes", (double)g->free_bytes);
-        add_job_of(d, id, r == 1, &j);
+        cJSON_AddStringToObject(d, "id", v->id);
+        cJSON_AddStringToObject(d, "backend", v->gpu ? "cuda" : "cpu");
+        const tq_api_gpu *g = NULL;
+        for (int k = 0; v->gpu && k < a->ngpus; k++)
+            if (a->gpus[k].ordinal == atoi(v->id + 5)) g = &a->gpus[k];
+        if (g) {
+            cJSON_AddStringToObject(d, "name", g->name);
+            cJSON_AddStringToObject(d, "arch", g->arch);
+        }
+        cJSON_AddNumberToObject(d, "memory_total_bytes", (double)v->total_bytes);
+        if (v->gpu) {
+            long long f = v->driver_free >= 0 ? v->driver_free : g ? g->free_bytes : -1;
+            if (f >= 0) cJSON_AddNumberToObject(d, "memory_free_bytes", (double)f);
+            else cJSON_AddNullToObject(d, "memory_free_bytes");
+            if (v->driver_used >= 0) cJSON_AddNumberToObject(d, "driver_used_bytes", (double)v->driver_used);
+            else cJSON_AddNullToObject(d, "driver_used_bytes");
+            cJSON_AddNumberToObject(d, "reserve_bytes", (double)v->reserve_bytes);
+        } else {
+            long long avail = mem_available();
+            if (avail >= 0) cJSON_AddNumberToObject(d, "memory_free_bytes", (double)avail);
+            else cJSON_AddNullToObject(d, "memory_free_bytes");
+            cJSON_AddNumberToObject(d, "threads", v->cores);
+        }
+        cJSON_AddNumberToObject(d, "budget_bytes", (double)v->budget);
+        cJSON_AddNumberToObject(d, "planned_bytes", (double)v->planned);
+        long long room = v->budget - v->planned;
+        cJSON_AddNumberToObject(d, "free_planned_bytes", (double)(room > 0 ? room : 0));
+        cJSON_AddNumberToObject(d, "max_jobs", v->max_jobs);
+        cJSON_AddNumberToObject(d, "running_jobs", v->njobs);
+        cJSON *js = cJSON_AddArrayToObject(d, "jobs");
+        for (int k = 0; k < v->njobs && k < TQ_LEDGER_MAX_JOBS; k++) {
+            cJSON *e = cJSON_CreateObject();
+            cJSON_AddNumberToObject(e, "id", (double)v->jobs[k].id);
+            cJSON_AddNumberToObject(e, "planned_bytes", (double)v->jobs[k].bytes);
+            if (v->jobs[k].threads > 0) cJSON_AddNumberToObject(e, "threads", v->jobs[k].threads);
+            const tq_job *j = find_job(run, nrun, v->jobs[k].id);
+            if (j && j->has_latest) {
+                cJSON_AddNumberToObject(e, "mem_reserved_bytes", (double)j->latest.mem_reserved_bytes);
+                cJSON_AddNumberToObject(e, "samples_per_s", j->latest.samples_per_s);
+            }
+            cJSON_AddItemToArray(js, e);
+        }
+        /* "job": the first running job (the field of the one-job-at-a-time daemon) */
+        if (v->njobs > 0) cJSON_AddNumberToObject(d, "job", (double)v->jobs[0].id);
+        else cJSON_AddNullToObject(d, "job");
         cJSON_AddItemToArray(arr, d);
     }
-    cJSON *d = cJSON_CreateObject();
-    cJSON_AddStringToObject(d, "id", "cpu");
-    cJSON_AddStringToObject(d, "backend", "cpu");
-    long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
-    cJSON_AddNumberToObject(d, "memory_total_bytes", (double)pages * psz);
-    long long avail = mem_available();
-    if (avail >= 0) cJSON_AddNumberToObject(d, "memory_free_bytes", (double)avail);
-    else cJSON_AddNullToObject(d, "memory_free_bytes");
-    cJSON_AddNumberToObject(d, "threads", (double)sysconf(_SC_NPROCESSORS_ONLN));
-    add_job_of(d, "cpu", r == 1, &j);
-    cJSON_AddItemToArray(arr, d);
-    if (r == 1) tq_job_free(&j);
+    tq_jobs_free(run, nrun);
     cJSON_AddStringToObject(o, "cuda", a->cuda);
     cJSON_AddStringToObject(o, "devices_flag", a->devices);
     return tq_send_json(c, MHD_HTTP_OK, o);
@@ -425,9 +503,10 @@ enum MHD_Result tq_h_metrics(tq_ctx *c) {
     if (!s) return NO_STORE(c);
     int64_t counts[5];
     if (tq_queue_counts(s, counts)) return tq_send_store_error(c, s, TQ_STORE_ERR);
-    tq_job j;
-    int r = running_job(s, &j);
-    if (r < 0) return tq_send_store_error(c, s, TQ_STORE_ERR);
+    tq_job *run;
+    int nrun;
+    int rrc = running_jobs(s, &run, &nrun);
+    if (rrc) return tq_send_store_error(c, s, rrc);
     mbuf b = {0};
     mput(&b, "# HELP trainq_jobs Jobs in the database by state.\n# TYPE trainq_jobs gauge\n");
     for (int i = 0; i < 5; i++) mput(&b, "trainq_jobs{state=\"%s\"} %lld\n", tq_queue_states[i], (long long)counts[i]);
@@ -437,28 +516,61 @@ enum MHD_Result tq_h_metrics(tq_ctx *c) {
              "removes it).\n# TYPE trainq_jobs_finished gauge\n");
     for (int i = 2; i < 5; i++)
         mput(&b, "trainq_jobs_finished{outcome=\"%s\"} %lld\n", tq_queue_states[i], (long long)counts[i]);
-    mput(&b, "# HELP trainq_running_job The running job's id (0 when none).\n# TYPE trainq_running_job gauge\n"
-             "trainq_running_job %lld\n", r == 1 ? (long long)j.id : 0LL);
-    if (r == 1 && j.has_latest) {
-        const tq_step_rec *l = &j.latest;
-        long long id = (long long)j.id;
-        mput(&b, "# HELP trainq_running_samples_per_second Throughput of the running job's last step.\n"
-                 "# TYPE trainq_running_samples_per_second gauge\n"
-                 "trainq_running_samples_per_second{job=\"%lld\"} %.6g\n", id, l->samples_per_s);
-        mput(&b, "# HELP trainq_running_step The running job's last recorded step.\n"
-                 "# TYPE trainq_running_step gauge\ntrainq_running_step{job=\"%lld\"} %lld\n", id, (long long)l->step);
-        mput(&b, "# HELP trainq_running_memory_bytes The running job's memory at its last step.\n"
-                 "# TYPE trainq_running_memory_bytes gauge\n"
-                 "trainq_running_memory_bytes{job=\"%lld\",kind=\"allocated\"} %lld\n"
-                 "trainq_running_memory_bytes{job=\"%lld\",kind=\"peak\"} %lld\n"
-                 "trainq_running_memory_bytes{job=\"%lld\",kind=\"reserved\"} %lld\n",
-             id, (long long)l->mem_allocated_bytes, id, (long long)l->mem_peak_bytes, id,
-             (long long)l->mem_reserved_bytes);
-        if (l->device_used_bytes >= 0)
-            mput(&b, "trainq_running_memory_bytes{job=\"%lld\",kind=\"device_used\"} %lld\n", id,
-                 (long long)l->device_used_bytes);
+    mput(&b, "# HELP trainq_running_jobs Jobs running now.\n# TYPE trainq_running_jobs gauge\n"
+             "trainq_running_jobs %d\n", nrun);
+    mput(&b, "# HELP trainq_running_job The oldest running job's id (0 when none).\n# TYPE trainq_running_job gauge\n"
+             "trainq_running_job %lld\n", nrun ? (long long)run[nrun - 1].id : 0LL);
+    tq_ledger_dev devs[TQ_LEDGER_MAX_DEVICES];
+    int ndev = ledger_devices(c->api, devs);
+    mput(&b, "# HELP trainq_device_budget_bytes Memory jobs may plan on the device.\n"
+             "# TYPE trainq_device_budget_bytes gauge\n");
+    for (int i = 0; i < ndev; i++) mput(&b, "trainq_device_budget_bytes{device=\"%s\"} %lld\n", devs[i].id, devs[i].budget);
+    mput(&b, "# HELP trainq_device_planned_bytes Sum of the planned peaks of the jobs running on the device.\n"
+             "# TYPE trainq_device_planned_bytes gauge\n");
+    for (int i = 0; i < ndev; i++) mput(&b, "trainq_device_planned_bytes{device=\"%s\"} %lld\n", devs[i].id, devs[i].planned);
+    mput(&b, "# HELP trainq_device_running_jobs Jobs running on the device.\n# TYPE trainq_device_running_jobs gauge\n");
+    for (int i = 0; i < ndev; i++) mput(&b, "trainq_device_running_jobs{device=\"%s\"} %d\n", devs[i].id, devs[i].njobs);
+    mput(&b, "# HELP trainq_device_max_jobs Jobs the device may run at once.\n# TYPE trainq_device_max_jobs gauge\n");
+    for (int i = 0; i < ndev; i++) mput(&b, "trainq_device_max_jobs{device=\"%s\"} %d\n", devs[i].id, devs[i].max_jobs);
+    int any = 0;
+    for (int i = 0; i < ndev; i++) any |= devs[i].gpu && devs[i].driver_used >= 0;
+    if (any) {
+        mput(&b, "# HELP trainq_device_driver_used_bytes GPU memory in use as the driver reports it.\n"
+                 "# TYPE trainq_device_driver_used_bytes gauge\n");
+        for (int i = 0; i < ndev; i++)
+            if (devs[i].gpu && devs[i].driver_used >= 0)
+                mput(&b, "trainq_device_driver_used_bytes{device=\"%s\"} %lld\n", devs[i].id, devs[i].driver_used);
     }
-    if (r == 1) tq_job_free(&j);
+    int have_steps = 0;
+    for (int i = 0; i < nrun; i++) have_steps |= run[i].has_latest;
+    if (have_steps) {
+        mput(&b, "# HELP trainq_running_samples_per_second Throughput of a running job's last step.\n"
+                 "# TYPE trainq_running_samples_per_second gauge\n");
+        for (int i = 0; i < nrun; i++)
+            if (run[i].has_latest)
+                mput(&b, "trainq_running_samples_per_second{job=\"%lld\",device=\"%s\"} %.6g\n", (long long)run[i].id,
+                     run[i].device, run[i].latest.samples_per_s);
+        mput(&b, "# HELP trainq_running_step A running job's last recorded step.\n# TYPE trainq_running_step gauge\n");
+        for (int i = 0; i < nrun; i++)
+            if (run[i].has_latest)
+                mput(&b, "trainq_running_step{job=\"%lld\"} %lld\n", (long long)run[i].id, (long long)run[i].latest.step);
+        mput(&b, "# HELP trainq_running_memory_bytes A running job's memory at its last step.\n"
+                 "# TYPE trainq_running_memory_bytes gauge\n");
+        for (int i = 0; i < nrun; i++) {
+            if (!run[i].has_latest) continue;
+            const tq_step_rec *l = &run[i].latest;
+            long long id = (long long)run[i].id;
+            mput(&b, "trainq_running_memory_bytes{job=\"%lld\",kind=\"allocated\"} %lld\n"
+                     "trainq_running_memory_bytes{job=\"%lld\",kind=\"peak\"} %lld\n"
+                     "trainq_running_memory_bytes{job=\"%lld\",kind=\"reserved\"} %lld\n",
+                 id, (long long)l->mem_allocated_bytes, id, (long long)l->mem_peak_bytes, id,
+                 (long long)l->mem_reserved_bytes);
+            if (l->device_used_bytes >= 0)
+                mput(&b, "trainq_running_memory_bytes{job=\"%lld\",kind=\"device_used\"} %lld\n", id,
+                     (long long)l->device_used_bytes);
+        }
+    }
+    tq_jobs_free(run, nrun);
     if (!b.p) return tq_send_error(c, MHD_HTTP_INTERNAL_SERVER_ERROR, "internal", NULL, "out of memory");
     return tq_send_text(c, MHD_HTTP_OK, "text/plain; version=0.0.4; charset=utf-8", b.p, b.n);
 }

@@ -373,6 +373,7 @@ static void api_free(tq_api *a) {
     if (!a) return;
     free(a->host); free(a->db_path); free(a->jobs_dir); free(a->devices); free(a->allowed_hosts);
     free(a->cuda); free(a->gpus);
+    for (size_t i = 0; i < sizeof a->plans / sizeof a->plans[0]; i++) free(a->plans[i].key);
     pthread_mutex_destroy(&a->sse_mu);
     pthread_mutex_destroy(&a->plan_mu);
     pthread_key_delete(a->store_key);
@@ -386,6 +387,7 @@ tq_api *tq_api_start(const tq_api_config *cfg, char *err, size_t errlen) {
     a->devices = dupz(cfg->devices ? cfg->devices : "cpu");
     a->allowed_hosts = cfg->allowed_hosts ? strdup(cfg->allowed_hosts) : NULL;
     a->port = cfg->port;
+    a->ledger = cfg->ledger;
     a->max_body = cfg->max_body ? cfg->max_body : 64 * 1024;
     pthread_mutex_init(&a->sse_mu, NULL);
     pthread_mutex_init(&a->plan_mu, NULL);

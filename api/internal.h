@@ -18,6 +18,7 @@ struct tq_api {
     char *host, *db_path, *jobs_dir, *devices, *allowed_hosts, *cuda;
     tq_api_gpu *gpus;            /* the probe's GPUs (ngpus of them) */
     int ngpus;
+    tq_ledger *ledger;           /* the scheduler's devices and waits (ledger.h) */
     unsigned short port;
     size_t max_body;
     pthread_key_t store_key;     /* each pool thread's tq_store */
@@ -29,7 +30,7 @@ struct tq_api {
     volatile int stopping;
     /* plan cache */
     pthread_mutex_t plan_mu;
-    struct { char key[1400]; long long total, data; int used; unsigned stamp; } plans[16];
+    struct { char *key; long long total, data; unsigned stamp; } plans[16];
     unsigned plan_clock;
 };
 

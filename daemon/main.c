@@ -211,7 +211,7 @@ static int cmd_run(int argc, char **argv) {
     free(spec_json);
     signal(SIGINT, on_signal);
     signal(SIGTERM, on_signal);
-    tq_run_opts o = {out, resume, {&c, cb_step, cb_eval, cb_stop, NULL}};
+    tq_run_opts o = {out, resume, {&c, cb_step, cb_eval, cb_stop, NULL}, 0};
     tq_summary sum;
     if (pick_code[0]) {   /* the auto batch could not be resolved: a failed job, as tq_train's */
         memset(&sum, 0, sizeof sum);
@@ -340,6 +340,7 @@ static int cmd_devices(void) {
         cJSON_AddStringToObject(d, "arch", sm);
         cJSON_AddNumberToObject(d, "memory_total_bytes", (double)gpus[i].total_bytes);
         cJSON_AddNumberToObject(d, "memory_free_bytes", (double)gpus[i].free_bytes);
+        if (gpus[i].pci_bus_id[0]) cJSON_AddStringToObject(d, "pci_bus_id", gpus[i].pci_bus_id);
         cJSON_AddItemToArray(arr, d);
         fprintf(stderr, "%s: %s (sm_%d), %.1f of %.1f GiB free\n", id, gpus[i].name, gpus[i].sm,
                 gpus[i].free_bytes / 1073741824.0, gpus[i].total_bytes / 1073741824.0);

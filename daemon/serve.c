@@ -1,29 +1,41 @@
 /* serve.c — `trainq serve`: the supervisor (main thread) and the HTTP API (api/).
  *
- *   trainq serve [--db PATH] [--listen HOST:PORT] [--devices auto|cpu|cuda:N] [--config FILE]
+ *   trainq serve [--db PATH] [--listen HOST:PORT] [--devices auto|LIST] [--config FILE]
+ *                [--max-jobs-per-device N] [--gpu-reserve-mb MB] [--cpu-memory-mb MB]
+ *                [--backfill-window DURATION]
  *
  * At start: takes an exclusive lock (<db>.lock: one daemon per database), requeues the jobs a
- * crash left 'running' (queue.h: attempts, max_attempts → failed 'worker_crashed'), starts
- * the API, sends READY=1. Then, one job at a time on the one device: claim the next job,
- * fork+exec `/proc/self/exe worker --db DB --job N` (the child dies with the daemon:
- * PR_SET_PDEATHSIG), poll it with waitpid(WNOHANG) so that SIGTERM and new jobs are
- * noticed, and finalise it: a worker that dies by a signal or exits without finishing its
- * job → the job fails with 'worker_crashed' and the signal or status in the message; exit
- * TQ_WORKER_REQUEUE → the job goes back to 'queued'. The supervisor never initialises a
- * device.
- * SIGTERM/SIGINT: STOPPING=1, stop the API, SIGTERM to the worker, wait for it to checkpoint
- * and exit, requeue its job (attempts unchanged: the interrupted start counts), exit 0.
- * systemd: READY=1, STATUS=<queue summary> on changes, WATCHDOG=1 every WATCHDOG_USEC/2,
- * STOPPING=1 (daemon/sd_notify.c).
+ * crash left 'running' (queue.h: attempts, max_attempts → failed 'worker_crashed'), probes
+ * the GPUs (a `trainq devices` child), resolves --devices (device.h), sizes each device's
+ * memory budget (a GPU: its total minus --gpu-reserve-mb; the CPU: --cpu-memory-mb, default
+ * half of MemAvailable), starts the API, sends READY=1.
+ * Then, every round (a fraction of a second, or at once when a worker ends): reads the
+ * queue, lets daemon/sched.c place what fits (several jobs per device, by their planned
+ * peaks), claims each placed job for its device and fork+execs `/proc/self/exe worker --db
+ * DB --job N --device D [--threads T] --mem-limit B` (the child dies with the daemon:
+ * PR_SET_PDEATHSIG), publishes the devices and the reasons jobs wait to the API's ledger
+ * (api/ledger.h), and reaps the workers that ended: one that dies by a signal or exits
+ * without finishing its job → the job fails with 'worker_crashed' and the signal or status
+ * in the message; exit TQ_WORKER_REQUEUE → the job goes back to 'queued'. The supervisor never
+ * initialises a device: a GPU's free memory is re-read through NVML (gpumem.h).
+ * SIGTERM/SIGINT: STOPPING=1, stop the API, SIGTERM to every worker, wait for them to
+ * checkpoint and exit, requeue their jobs, exit 0.
+ * systemd: READY=1, STATUS=<jobs per device, queue length> on changes, WATCHDOG=1 every
+ * WATCHDOG_USEC/2, STOPPING=1 (daemon/sd_notify.c).
  *
  * Config file (--config): lines `key = value`, '#' comments; keys db, listen, devices,
- * allowed_hosts (extra Host names, comma-separated), threads (API pool size). The command
- * line wins over the file. */
+ * allowed_hosts (extra Host names, comma-separated), threads (API pool size),
+ * max_jobs_per_device, gpu_reserve_mb, cpu_memory_mb, backfill_window. The command line wins
+ * over the file. */
 #include "daemon.h"
 #include "report.h"
 #include "backend.h"
 #include "../api/api.h"
 #include "../schema/queue.h"
+#include "device.h"
+#include "gpumem.h"
+#include "sched.h"
+#include "trainer.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -44,9 +56,31 @@ static volatile sig_atomic_t g_stop;
 static void on_stop(int sig) { g_stop = sig; }
 
 typedef struct {
-    char db[1024], listen[300], devices[64], allowed_hosts[512], config[1024];
+    char db[1024], listen[300], devices[256], allowed_hosts[512], config[1024];
     unsigned threads;
+    /* placement (sched.h); the text as given, checked by check_placement */
+    char max_jobs[32], gpu_reserve_mb[32], cpu_memory_mb[32], backfill_window[32];
 } serve_cfg;
+
+/* the flags and config keys that take a value, in one table: set[] marks the ones the command
+ * line gave (they win over the config file) */
+enum { K_DB, K_LISTEN, K_DEVICES, K_MAX_JOBS, K_RESERVE, K_CPU_MEM, K_BACKFILL, K_COUNT };
+static const struct { const char *flag, *key; } keys[K_COUNT] = {
+    { "--db", "db" }, { "--listen", "listen" }, { "--devices", "devices" },
+    { "--max-jobs-per-device", "max_jobs_per_device" }, { "--gpu-reserve-mb", "gpu_reserve_mb" },
+    { "--cpu-memory-mb", "cpu_memory_mb" }, { "--backfill-window", "backfill_window" },
+};
+static char *cfg_field(serve_cfg *c, int k, size_t *n) {
+    switch (k) {
+    case K_DB: *n = sizeof c->db; return c->db;
+    case K_LISTEN: *n = sizeof c->listen; return c->listen;
+    case K_DEVICES: *n = sizeof c->devices; return c->devices;
+    case K_MAX_JOBS: *n = sizeof c->max_jobs; return c->max_jobs;
+    case K_RESERVE: *n = sizeof c->gpu_reserve_mb; return c->gpu_reserve_mb;
+    case K_CPU_MEM: *n = sizeof c->cpu_memory_mb; return c->cpu_memory_mb;
+    default: *n = sizeof c->backfill_window; return c->backfill_window;
+    }
+}
 
 static double mono_ms(void) {
     struct timespec ts;
@@ -70,7 +104,7 @@ static char *trim(char *s) {
 }
 
 /* 0 ok; set[k] marks keys the command line gave (they win) */
-static int read_config(serve_cfg *c, const int set[4]) {
+static int read_config(serve_cfg *c, const int set[K_COUNT]) {
     FILE *f = fopen(c->config, "r");
     if (!f) { fprintf(stderr, "trainq serve: cannot open config %s: %s\n", c->config, strerror(errno)); return -1; }
     char line[2048];
@@ -83,9 +117,13 @@ static int read_config(serve_cfg *c, const int set[4]) {
         if (!eq) { fprintf(stderr, "trainq serve: %s:%d: expected key = value\n", c->config, ln); rc = -1; break; }
         *eq = 0;
         char *k = trim(p), *v = trim(eq + 1);
-        if (!strcmp(k, "db")) { if (!set[0]) snprintf(c->db, sizeof c->db, "%s", v); }
-        else if (!strcmp(k, "listen")) { if (!set[1]) snprintf(c->listen, sizeof c->listen, "%s", v); }
-        else if (!strcmp(k, "devices")) { if (!set[2]) snprintf(c->devices, sizeof c->devices, "%s", v); }
+        int key = -1;
+        for (int i = 0; i < K_COUNT; i++) if (!strcmp(k, keys[i].key)) key = i;
+        if (key >= 0) {
+            size_t len;
+            char *field = cfg_field(c, key, &len);
+            if (!set[key]) snprintf(field, len, "%s", v);
+        }
         else if (!strcmp(k, "allowed_hosts")) snprintf(c->allowed_hosts, sizeof c->allowed_hosts, "%s", v);
         else if (!strcmp(k, "threads")) c->threads = (unsigned)atoi(v);
         else { fprintf(stderr, "trainq serve: %s:%d: unknown key \"%s\"\n", c->config, ln, k); rc = -1; break; }
@@ -134,22 +172,88 @@ static void dir_of(const char *path, char *out, size_t n) {
     else snprintf(out, n, "%.*s", (int)(slash - path), path);
 }
 
-/* --devices: auto (each job's own "device" decides), cpu, or one cuda:N. Jobs run one at a
- * time, so a list of several GPUs is refused with the reason rather than half-honoured. */
-static int check_devices(const char *d) {
-    if (!strcmp(d, "auto") || !strcmp(d, "cpu")) return 0;
-    if (strchr(d, ',')) {
-        fprintf(stderr, "trainq serve: --devices %s: this trainq runs one job at a time on one device; name one (auto, cpu or cuda:N)\n", d);
-        return 2;
-    }
+/* ---- placement settings ---------------------------------------------------------------- */
+
+typedef struct {
+    int max_jobs_gpu, max_jobs_cpu;
+    long long reserve_bytes, cpu_bytes;     /* cpu_bytes 0: half of MemAvailable */
+    double backfill_s;
+} placement_cfg;
+
+/* a whole decimal integer in [lo, hi] */
+static int parse_int(const char *s, long long lo, long long hi, long long *out) {
+    if (!s[0] || s[0] == ' ' || s[0] == '+') return -1;
     char *end;
-    long n = !strncmp(d, "cuda:", 5) ? strtol(d + 5, &end, 10) : -1;
-    if (n < 0 || n > 255 || end == d + 5 || *end) {
-        fprintf(stderr, "trainq serve: --devices %s: want auto, cpu or cuda:N\n", d);
-        return 2;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (errno || *end || v < lo || v > hi) return -1;
+    *out = v;
+    return 0;
+}
+
+/* "600", "600s", "10m", "1h": seconds */
+static int parse_duration(const char *s, double *out) {
+    char num[32];
+    size_t n = strlen(s);
+    if (n == 0 || n >= sizeof num) return -1;
+    double mul = 1;
+    memcpy(num, s, n + 1);
+    if (num[n - 1] == 's' || num[n - 1] == 'm' || num[n - 1] == 'h') {
+        mul = num[n - 1] == 'h' ? 3600 : num[n - 1] == 'm' ? 60 : 1;
+        num[n - 1] = 0;
     }
-    if (!tq_cuda_built()) {
-        fprintf(stderr, "trainq serve: --devices %s: this build has no CUDA backend; use auto or cpu\n", d);
+    long long v;
+    if (parse_int(num, 0, 10LL * 365 * 24 * 3600, &v)) return -1;
+    *out = (double)v * mul;
+    return 0;
+}
+
+static long long meminfo_available(void) {
+    FILE *f = fopen("/proc/meminfo", "r");
+    if (!f) return -1;
+    char line[256];
+    long long kb = -1;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "MemAvailable: %lld kB", &kb) == 1) break;
+    fclose(f);
+    return kb < 0 ? -1 : kb * 1024;
+}
+
+/* 0 ok; else a message naming the flag, exit status 2 */
+static int check_placement(const serve_cfg *c, placement_cfg *p) {
+    long long v;
+    p->max_jobs_gpu = 4;
+    p->max_jobs_cpu = 1;
+    if (c->max_jobs[0]) {
+        if (parse_int(c->max_jobs, 1, TQ_LEDGER_MAX_JOBS, &v)) {
+            fprintf(stderr, "trainq serve: --max-jobs-per-device \"%s\": want a whole number of jobs, 1..%d\n",
+                    c->max_jobs, TQ_LEDGER_MAX_JOBS);
+            return 2;
+        }
+        p->max_jobs_gpu = p->max_jobs_cpu = (int)v;
+    }
+    p->reserve_bytes = 1024LL << 20;
+    if (c->gpu_reserve_mb[0]) {
+        if (parse_int(c->gpu_reserve_mb, 0, 1LL << 30, &v)) {
+            fprintf(stderr, "trainq serve: --gpu-reserve-mb \"%s\": want a whole number of MiB, 0 or more\n",
+                    c->gpu_reserve_mb);
+            return 2;
+        }
+        p->reserve_bytes = v << 20;
+    }
+    p->cpu_bytes = 0;
+    if (c->cpu_memory_mb[0]) {
+        if (parse_int(c->cpu_memory_mb, 1, 1LL << 30, &v)) {
+            fprintf(stderr, "trainq serve: --cpu-memory-mb \"%s\": want a whole number of MiB, 1 or more "
+                    "(the memory CPU jobs may plan together)\n", c->cpu_memory_mb);
+            return 2;
+        }
+        p->cpu_bytes = v << 20;
+    }
+    p->backfill_s = 600;
+    if (c->backfill_window[0] && parse_duration(c->backfill_window, &p->backfill_s)) {
+        fprintf(stderr, "trainq serve: --backfill-window \"%s\": want a duration such as 600, 90s, 10m or 1h\n",
+                c->backfill_window);
         return 2;
     }
     return 0;
@@ -162,7 +266,10 @@ static int check_devices(const char *d) {
  * workers' fork unsafe. Returns the count; 0 with why[] saying why there is none. Called
  * before any thread exists. */
 static int probe_gpus(const char *devices, tq_api_gpu *out, int max, char *why, size_t n) {
-    if (!strcmp(devices, "cpu")) { snprintf(why, n, "not used: trainq serve --devices cpu"); return 0; }
+    if (strcmp(devices, "auto") && !strstr(devices, "cuda")) {
+        snprintf(why, n, "not used: trainq serve --devices %s", devices);
+        return 0;
+    }
     if (!tq_cuda_built()) { tq_cuda_devices(NULL, 0, why, n); return 0; }
     int fd[2];
     if (pipe2(fd, O_CLOEXEC)) { snprintf(why, n, "probing the GPUs: pipe: %s", strerror(errno)); return 0; }
@@ -220,6 +327,8 @@ static int probe_gpus(const char *devices, tq_api_gpu *out, int max, char *why, 
         const char *arch = cJSON_GetStringValue(cJSON_GetObjectItem(d, "arch"));
         snprintf(g->name, sizeof g->name, "%s", name ? name : "?");
         snprintf(g->arch, sizeof g->arch, "%s", arch ? arch : "?");
+        const char *pci = cJSON_GetStringValue(cJSON_GetObjectItem(d, "pci_bus_id"));
+        snprintf(g->pci_bus_id, sizeof g->pci_bus_id, "%s", pci ? pci : "");
         g->total_bytes = (long long)cJSON_GetNumberValue(cJSON_GetObjectItem(d, "memory_total_bytes"));
         g->free_bytes = (long long)cJSON_GetNumberValue(cJSON_GetObjectItem(d, "memory_free_bytes"));
     }
@@ -231,10 +340,13 @@ static int probe_gpus(const char *devices, tq_api_gpu *out, int max, char *why, 
 
 /* ---- the worker ----------------------------------------------------------------------- */
 
-static pid_t spawn_worker(const char *db, int64_t id, const char *devices) {
-    char idbuf[32];
+static pid_t spawn_worker(const char *db, int64_t id, const char *device, int threads, long long mem_limit) {
+    char idbuf[32], thbuf[32], membuf[32];
     snprintf(idbuf, sizeof idbuf, "%lld", (long long)id);
-    char *args[] = { "trainq", "worker", "--db", (char *)db, "--job", idbuf, "--device", (char *)devices, NULL };
+    snprintf(thbuf, sizeof thbuf, "%d", threads);
+    snprintf(membuf, sizeof membuf, "%lld", mem_limit > 0 ? mem_limit : 0);
+    char *args[] = { "trainq", "worker", "--db", (char *)db, "--job", idbuf, "--device", (char *)device,
+                     "--threads", thbuf, "--mem-limit", membuf, NULL };
     pid_t parent = getpid();
     pid_t pid = fork();
     if (pid != 0) return pid;   /* the daemon (or -1) */
@@ -248,18 +360,11 @@ static pid_t spawn_worker(const char *db, int64_t id, const char *devices) {
     sigset_t none;
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, NULL);
-    prctl(PR_SET_PDEATHSIG, SIGKILL);   /* a kill -9 of the daemon takes its worker along */
+    prctl(PR_SET_PDEATHSIG, SIGKILL);   /* a kill -9 of the daemon takes its workers along */
     if (getppid() != parent) _exit(127);
     closefrom(3);
     execv("/proc/self/exe", args);
     _exit(127);
-}
-
-static void status_text(tq_store *st, int64_t running, char *out, size_t n) {
-    int64_t c[5];
-    if (tq_queue_counts(st, c)) { snprintf(out, n, "database error: %s", tq_store_errmsg(st)); return; }
-    if (running) snprintf(out, n, "running job %lld, %lld queued", (long long)running, (long long)c[0]);
-    else snprintf(out, n, "idle, %lld queued", (long long)c[0]);
 }
 
 /* After the worker of `id` ended with wait status ws. */
@@ -306,8 +411,220 @@ static void finalise(tq_store *st, int64_t id, int ws, int stopping) {
 
 /* ---- serve ---------------------------------------------------------------------------- */
 
+/* ---- the supervisor -------------------------------------------------------------------- */
+
+#define MAX_WORKERS (TQ_LEDGER_MAX_DEVICES * TQ_LEDGER_MAX_JOBS)
+
+typedef struct {
+    pid_t pid;
+    int64_t job;
+    int dev;                 /* index into sup.devs */
+    long long bytes;         /* its planned peak there */
+    int threads;
+} worker_t;
+
+typedef struct {
+    tq_store *st;
+    const char *db;
+    placement_cfg pc;
+    tq_ledger_dev devs[TQ_LEDGER_MAX_DEVICES];   /* static part: id, budget, max_jobs, cores… */
+    char pci[TQ_LEDGER_MAX_DEVICES][32];
+    int ndev;
+    worker_t w[MAX_WORKERS];
+    int nw;
+    tq_ledger *ledger;
+    int nvml;                /* GPU memory can be re-read */
+} supervisor;
+
+static void refresh_gpus(supervisor *s) {
+    for (int d = 0; d < s->ndev; d++) {
+        tq_ledger_dev *v = &s->devs[d];
+        v->driver_used = v->driver_free = -1;
+        if (!v->gpu || !s->nvml) continue;
+        pid_t pids[MAX_WORKERS];
+        int np = 0;
+        for (int i = 0; i < s->nw; i++) if (s->w[i].dev == d) pids[np++] = s->w[i].pid;
+        long long total, used, fr, ours;
+        if (tq_gpumem_read(s->pci[d], &total, &used, &fr, pids, np, &ours)) continue;
+        v->driver_used = used;
+        v->driver_free = fr;
+        /* what our running jobs may still take: their plans less what they hold now (all of
+         * their plans when NVML cannot say per process) */
+        long long planned = 0;
+        for (int i = 0; i < s->nw; i++) if (s->w[i].dev == d) planned += s->w[i].bytes;
+        long long pending = ours >= 0 ? planned - ours : planned;
+        if (pending > 0) v->driver_free = fr > pending ? fr - pending : 0;
+    }
+}
+
+/* the ledger's view: the static devices with the running workers filled in */
+static void ledger_view(const supervisor *s, tq_ledger_dev *out) {
+    for (int d = 0; d < s->ndev; d++) {
+        out[d] = s->devs[d];
+        out[d].planned = 0;
+        out[d].njobs = 0;
+    }
+    for (int i = 0; i < s->nw; i++) {
+        tq_ledger_dev *v = &out[s->w[i].dev];
+        if (v->njobs < TQ_LEDGER_MAX_JOBS)
+            v->jobs[v->njobs] = (tq_ledger_job){ s->w[i].job, s->w[i].bytes, s->w[i].threads };
+        v->njobs++;
+        v->planned += s->w[i].bytes;
+    }
+}
+
+/* "running 3 jobs (cpu: 4,5; cuda:0: 7), 2 queued" or "idle, 0 queued" */
+static void status_text(const supervisor *s, char *out, size_t n) {
+    int64_t c[5];
+    if (tq_queue_counts(s->st, c)) { snprintf(out, n, "database error: %s", tq_store_errmsg(s->st)); return; }
+    char buf[1024];
+    size_t k = 0;
+    if (!s->nw) k = (size_t)snprintf(buf, sizeof buf, "idle");
+    else {
+        k = (size_t)snprintf(buf, sizeof buf, "running %d job%s (", s->nw, s->nw == 1 ? "" : "s");
+        const char *sep = "";
+        for (int d = 0; d < s->ndev && k < sizeof buf; d++) {
+            const char *dsep = ": ";
+            for (int i = 0; i < s->nw && k < sizeof buf; i++) {
+                if (s->w[i].dev != d) continue;
+                if (*dsep == ':') k += (size_t)snprintf(buf + k, sizeof buf - k, "%s%s", sep, s->devs[d].id);
+                k += (size_t)snprintf(buf + k, sizeof buf - k, "%s%lld", dsep, (long long)s->w[i].job);
+                dsep = ",";
+                sep = "; ";
+            }
+        }
+        if (k < sizeof buf) k += (size_t)snprintf(buf + k, sizeof buf - k, ")");
+    }
+    snprintf(out, n, "%.400s, %lld queued", buf, (long long)c[0]);
+}
+
+/* One placement round: read the queue, place what fits, start those workers, fail the jobs
+ * that can never start here, publish the ledger. Returns the number of workers started. */
+static int place_round(supervisor *s) {
+    tq_queued *q = NULL;
+    int nq = 0;
+    if (tq_queue_queued(s->st, 1000, &q, &nq)) {
+        fprintf(stderr, "trainq serve: reading the queue: %s\n", tq_store_errmsg(s->st));
+        return -1;
+    }
+    refresh_gpus(s);
+    tq_sched_dev sd[TQ_LEDGER_MAX_DEVICES];
+    tq_ledger_dev view[TQ_LEDGER_MAX_DEVICES];
+    ledger_view(s, view);
+    for (int d = 0; d < s->ndev; d++) {
+        memset(&sd[d], 0, sizeof sd[d]);
+        memcpy(sd[d].id, view[d].id, sizeof sd[d].id);
+        sd[d].budget = view[d].budget;
+        sd[d].planned = view[d].planned;
+        sd[d].driver_free = view[d].gpu ? view[d].driver_free : -1;
+        sd[d].njobs = view[d].njobs;
+        sd[d].max_jobs = view[d].max_jobs;
+        sd[d].cores = view[d].cores;
+    }
+    tq_sched_job *jobs = nq ? calloc((size_t)nq, sizeof *jobs) : NULL;
+    tq_sched_out *out = nq ? calloc((size_t)nq, sizeof *out) : NULL;
+    tq_ledger_wait *waits = nq ? calloc((size_t)nq, sizeof *waits) : NULL;
+    int started = 0, nwait = 0;
+    if (nq && (!jobs || !out || !waits)) { nq = 0; fprintf(stderr, "trainq serve: placement: out of memory\n"); }
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    double now_s = now.tv_sec + now.tv_nsec / 1e9;
+    long long cpu_budget = 0, gpu_budget = 0;
+    for (int d = 0; d < s->ndev; d++) {
+        if (!view[d].gpu) cpu_budget = view[d].budget;
+        else if (view[d].budget > gpu_budget) gpu_budget = view[d].budget;
+    }
+    for (int i = 0; i < nq; i++) {
+        jobs[i].id = q[i].id;
+        if (tq_devsel_parse(q[i].device, &jobs[i].want)) jobs[i].want.kind = TQ_DEV_AUTO;
+        /* a job from before placement's columns: its plan is unknown, so it takes a whole
+         * device (its budget: placed only where nothing runs) */
+        jobs[i].need_cpu = q[i].cpu_bytes >= 0 ? q[i].cpu_bytes : cpu_budget;
+        jobs[i].need_gpu = q[i].gpu_bytes >= 0 ? q[i].gpu_bytes : gpu_budget;
+        jobs[i].waited_s = now_s - q[i].created_at / 1000.0;
+        jobs[i].threads = q[i].threads;
+    }
+    tq_sched_policy pol = { s->pc.backfill_s };
+    if (nq) tq_sched_place(sd, s->ndev, jobs, nq, &pol, out);
+    for (int i = 0; i < nq; i++) {
+        tq_sched_out *o = &out[i];
+        int64_t id = q[i].id;
+        if (o->wait == TQ_WAIT_NONE) {
+            const char *dev = s->devs[o->dev].id;
+            int gpu = s->devs[o->dev].gpu;
+            int rc = tq_queue_claim_job(s->st, id, dev, gpu ? 0 : o->threads);
+            if (rc < 0) { fprintf(stderr, "trainq serve: job %lld: claim: %s\n", (long long)id, tq_store_errmsg(s->st)); continue; }
+            if (rc == 0) continue;   /* cancelled or deleted meanwhile */
+            long long known = gpu ? q[i].gpu_bytes : q[i].cpu_bytes;
+            /* the allocator's limit: its plan on that device, less the CUDA context (not an
+             * allocation) on a GPU; none for a job whose plan is unknown */
+            long long limit = known < 0 ? 0 : gpu ? known - TQ_GPU_CONTEXT_BYTES : known;
+            pid_t pid = spawn_worker(s->db, id, dev, gpu ? 0 : o->threads, limit);
+            if (pid < 0) {
+                char msg[160];
+                snprintf(msg, sizeof msg, "cannot start the worker: %s", strerror(errno));
+                fprintf(stderr, "trainq serve: job %lld: %s\n", (long long)id, msg);
+                tq_queue_finish(s->st, id, "failed", NULL, "worker_crashed", msg);
+                continue;
+            }
+            s->w[s->nw++] = (worker_t){ pid, id, o->dev, o->needs, gpu ? 0 : o->threads };
+            started++;
+            fprintf(stderr, "trainq serve: job %lld: started worker %d on %s (plans %.1f MiB of %.1f MiB room%s)\n",
+                    (long long)id, (int)pid, dev, o->needs / 1048576.0, o->free / 1048576.0,
+                    gpu ? "" : (o->threads == 1 ? ", 1 thread" : ", threads shared"));
+            if (s->nw >= MAX_WORKERS) break;
+            continue;
+        }
+        if (o->wait == TQ_WAIT_NEVER || o->wait == TQ_WAIT_NO_DEVICE) {
+            char msg[400];
+            const char *code = o->wait == TQ_WAIT_NEVER ? "cannot_fit" : "device_unavailable";
+            if (o->wait == TQ_WAIT_NEVER)
+                snprintf(msg, sizeof msg, "its planned peak, %lld bytes (%.1f MiB), is more than the memory budget "
+                         "of %s, %lld bytes (%.1f MiB), the largest of the devices it may use", o->needs,
+                         o->needs / 1048576.0, s->devs[o->dev].id, o->free, o->free / 1048576.0);
+            else
+                snprintf(msg, sizeof msg, "it asks for device \"%s\", which this daemon does not serve (--devices)",
+                         q[i].device);
+            if (tq_queue_fail_queued(s->st, id, code, msg) == 1)
+                fprintf(stderr, "trainq serve: job %lld failed: %s: %s\n", (long long)id, code, msg);
+            continue;
+        }
+        tq_ledger_wait *w = &waits[nwait++];
+        w->id = id;
+        snprintf(w->reason, sizeof w->reason, "%s", tq_wait_name(o->wait));
+        if (o->dev >= 0) snprintf(w->device, sizeof w->device, "%s", s->devs[o->dev].id);
+        w->needs = o->needs;
+        w->free = o->free;
+        w->behind = o->behind;
+    }
+    ledger_view(s, view);
+    tq_ledger_publish(s->ledger, view, s->ndev, waits, nwait);
+    free(q); free(jobs); free(out); free(waits);
+    return started;
+}
+
+/* Reaps every worker that has ended; returns how many. */
+static int reap(supervisor *s, int stopping) {
+    int n = 0;
+    for (;;) {
+        int ws = 0;
+        pid_t r = waitpid(-1, &ws, WNOHANG);
+        if (r <= 0) break;
+        for (int i = 0; i < s->nw; i++) {
+            if (s->w[i].pid != r) continue;
+            finalise(s->st, s->w[i].job, ws, stopping);
+            s->w[i] = s->w[--s->nw];
+            n++;
+            break;
+        }
+    }
+    return n;
+}
+
 static void usage(void) {
-    fprintf(stderr, "usage: trainq serve [--db PATH] [--listen HOST:PORT] [--devices auto|cpu|cuda:N] [--config FILE]\n");
+    fprintf(stderr, "usage: trainq serve [--db PATH] [--listen HOST:PORT] [--devices auto|cpu,cuda:0,...] [--config FILE]\n"
+                    "                    [--max-jobs-per-device N] [--gpu-reserve-mb MB] [--cpu-memory-mb MB]\n"
+                    "                    [--backfill-window DURATION]\n");
 }
 
 int tq_cmd_serve(int argc, char **argv) {
@@ -316,14 +633,22 @@ int tq_cmd_serve(int argc, char **argv) {
     snprintf(cfg.db, sizeof cfg.db, "var/trainq.db");
     snprintf(cfg.listen, sizeof cfg.listen, "127.0.0.1:8470");
     snprintf(cfg.devices, sizeof cfg.devices, "auto");
-    int set[4] = {0};
+    int set[K_COUNT] = {0};
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "--db") && v) { snprintf(cfg.db, sizeof cfg.db, "%s", v); set[0] = 1; i++; }
-        else if (!strcmp(a, "--listen") && v) { snprintf(cfg.listen, sizeof cfg.listen, "%s", v); set[1] = 1; i++; }
-        else if (!strcmp(a, "--devices") && v) { snprintf(cfg.devices, sizeof cfg.devices, "%s", v); set[2] = 1; i++; }
+        int key = -1;
+        for (int k = 0; k < K_COUNT; k++) if (!strcmp(a, keys[k].flag)) key = k;
+        if (key >= 0 && v) {
+            size_t n;
+            char *f = cfg_field(&cfg, key, &n);
+            if (strlen(v) >= n) { fprintf(stderr, "trainq serve: %s: value too long\n", a); return 2; }
+            snprintf(f, n, "%s", v);
+            set[key] = 1;
+            i++;
+        }
         else if (!strcmp(a, "--config") && v) { snprintf(cfg.config, sizeof cfg.config, "%s", v); i++; }
+        else if (!strcmp(a, "--help") || !strcmp(a, "-h")) { usage(); return 0; }
         else { fprintf(stderr, "trainq serve: unknown or incomplete option %s\n", a); usage(); return 2; }
     }
     if (cfg.config[0] && read_config(&cfg, set)) return 2;
@@ -333,8 +658,17 @@ int tq_cmd_serve(int argc, char **argv) {
         fprintf(stderr, "trainq serve: --listen wants HOST:PORT, got \"%s\"\n", cfg.listen);
         return 2;
     }
-    if (check_devices(cfg.devices)) return 2;
-
+    placement_cfg pc;
+    if (check_placement(&cfg, &pc)) return 2;
+    {   /* the list's syntax before anything starts (which GPUs exist is known after the probe) */
+        char ids[TQ_LEDGER_MAX_DEVICES][TQ_DEV_ID_MAX], e[200];
+        const char *any[16] = { "cuda:0", "cuda:1", "cuda:2", "cuda:3", "cuda:4", "cuda:5", "cuda:6", "cuda:7",
+                                "cuda:8", "cuda:9", "cuda:10", "cuda:11", "cuda:12", "cuda:13", "cuda:14", "cuda:15" };
+        if (tq_devices_resolve(cfg.devices, any, 16, ids, TQ_LEDGER_MAX_DEVICES, e, sizeof e) < 0) {
+            fprintf(stderr, "trainq serve: %s\n", e);
+            return 2;
+        }
+    }
     /* the state directory, the lock, the database */
     char dir[1024], jobs_dir[1100], lock_path[1100];
     dir_of(cfg.db, dir, sizeof dir);
@@ -370,13 +704,65 @@ int tq_cmd_serve(int argc, char **argv) {
     for (int i = 0; i < ngpus; i++)
         fprintf(stderr, "trainq serve: cuda:%d: %s (%s), %.1f of %.1f GiB free\n", gpus[i].ordinal, gpus[i].name,
                 gpus[i].arch, gpus[i].free_bytes / 1073741824.0, gpus[i].total_bytes / 1073741824.0);
-    if (!ngpus) fprintf(stderr, "trainq serve: no GPU: %s; jobs run on the CPU\n", cuda_why);
-    if (strncmp(cfg.devices, "cuda:", 5) == 0) {
-        int want = atoi(cfg.devices + 5), found = 0;
-        for (int i = 0; i < ngpus; i++) found |= gpus[i].ordinal == want;
-        if (!found) fprintf(stderr, "trainq serve: --devices %s: no such GPU now (%s); jobs for it will be refused\n",
-                            cfg.devices, ngpus ? "see the list above" : cuda_why);
+    if (!ngpus) fprintf(stderr, "trainq serve: no GPU: %s\n", cuda_why);
+
+    /* the devices this daemon serves, and their budgets */
+    supervisor sup;
+    memset(&sup, 0, sizeof sup);
+    sup.st = st;
+    sup.db = cfg.db;
+    sup.pc = pc;
+    {
+        char gid[16][TQ_DEV_ID_MAX];
+        const char *gp[16];
+        for (int i = 0; i < ngpus; i++) { snprintf(gid[i], TQ_DEV_ID_MAX, "cuda:%d", gpus[i].ordinal); gp[i] = gid[i]; }
+        char ids[TQ_LEDGER_MAX_DEVICES][TQ_DEV_ID_MAX];
+        int n = tq_devices_resolve(cfg.devices, gp, ngpus, ids, TQ_LEDGER_MAX_DEVICES, err, sizeof err);
+        if (n < 0) {
+            fprintf(stderr, "trainq serve: %s%s%s\n", err, ngpus ? "" : "; no GPU: ", ngpus ? "" : cuda_why);
+            tq_store_close(st); close(lock_fd);
+            return 2;
+        }
+        long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
+        long cores = sysconf(_SC_NPROCESSORS_ONLN);
+        for (int d = 0; d < n; d++) {
+            tq_ledger_dev *v = &sup.devs[d];
+            snprintf(v->id, sizeof v->id, "%s", ids[d]);
+            v->gpu = tq_dev_is_gpu(ids[d]);
+            v->driver_used = v->driver_free = -1;
+            if (v->gpu) {
+                const tq_api_gpu *g = NULL;
+                for (int i = 0; i < ngpus; i++) if (!strcmp(gid[i], ids[d])) g = &gpus[i];
+                v->total_bytes = g ? g->total_bytes : 0;
+                v->reserve_bytes = pc.reserve_bytes;
+                v->budget = v->total_bytes - pc.reserve_bytes;
+                v->max_jobs = pc.max_jobs_gpu;
+                if (g) snprintf(sup.pci[d], sizeof sup.pci[d], "%s", g->pci_bus_id);
+                if (v->budget <= 0) {
+                    fprintf(stderr, "trainq serve: --gpu-reserve-mb %lld leaves no memory for jobs on %s (%.1f GiB in all)\n",
+                            pc.reserve_bytes >> 20, v->id, v->total_bytes / 1073741824.0);
+                    tq_store_close(st); close(lock_fd);
+                    return 2;
+                }
+            } else {
+                v->total_bytes = (long long)pages * psz;
+                long long avail = meminfo_available();
+                v->budget = pc.cpu_bytes > 0 ? pc.cpu_bytes : avail > 0 ? avail / 2 : v->total_bytes / 2;
+                v->max_jobs = pc.max_jobs_cpu;
+                v->cores = cores > 0 ? (int)cores : 1;
+            }
+            fprintf(stderr, "trainq serve: %s: a budget of %.1f MiB for jobs, up to %d at once%s\n", v->id,
+                    v->budget / 1048576.0, v->max_jobs, v->gpu ? "" : " (they share the cores)");
+        }
+        sup.ndev = n;
     }
+    if (ngpus) {
+        char why[200];
+        sup.nvml = tq_gpumem_init(why, sizeof why) == 0;
+        if (!sup.nvml) fprintf(stderr, "trainq serve: %s: placement counts the budgets only, not other processes' use of the GPUs\n", why);
+    }
+    sup.ledger = tq_ledger_new(sup.devs, sup.ndev);
+    if (!sup.ledger) { fprintf(stderr, "trainq serve: out of memory\n"); tq_store_close(st); close(lock_fd); return 1; }
 
     /* signals before any thread exists: the API's threads inherit the mask/handlers */
     struct sigaction sa;
@@ -388,10 +774,11 @@ int tq_cmd_serve(int argc, char **argv) {
     signal(SIGPIPE, SIG_IGN);
 
     tq_api_config ac = { host, port, cfg.db, jobs_dir, cfg.devices, gpus, ngpus, cuda_why,
-                         cfg.allowed_hosts[0] ? cfg.allowed_hosts : NULL, cfg.threads, 0 };
+                         cfg.allowed_hosts[0] ? cfg.allowed_hosts : NULL, cfg.threads, 0, sup.ledger };
     tq_api *api = tq_api_start(&ac, err, sizeof err);
     if (!api) {
         fprintf(stderr, "trainq serve: %s\n", err);
+        tq_ledger_free(sup.ledger);
         tq_store_close(st); close(lock_fd);
         return 1;
     }
@@ -400,54 +787,30 @@ int tq_cmd_serve(int argc, char **argv) {
     tq_sd_notify("READY=1");
 
     long long wd_usec = tq_sd_watchdog_usec();
-    double wd_every = wd_usec > 0 ? wd_usec / 2000.0 : 0, wd_last = mono_ms(), status_last = 0;
-    char status[256] = "", status_new[256];
-    pid_t child = 0;
-    int64_t job = 0;
+    double wd_every = wd_usec > 0 ? wd_usec / 2000.0 : 0, wd_last = mono_ms(), status_last = 0, placed_last = 0;
+    char status[512] = "", status_new[512];
+    int dirty = 1;
     while (!g_stop) {
         double now = mono_ms();
         if (wd_every > 0 && now - wd_last >= wd_every) { tq_sd_notify("WATCHDOG=1"); wd_last = now; }
+        if (reap(&sup, 0)) dirty = 1;
+        /* a round when something changed, else every 200 ms (new submissions, cancels) */
+        if (dirty || now - placed_last >= 200) {
+            int r = place_round(&sup);
+            placed_last = mono_ms();
+            if (r != 0) status_last = 0;
+            dirty = 0;
+            if (r < 0) { sleep_ms(1000); continue; }
+        }
         if (now - status_last >= 1000) {
             status_last = now;
-            status_text(st, child ? job : 0, status_new, sizeof status_new);
+            status_text(&sup, status_new, sizeof status_new);
             if (strcmp(status, status_new)) {
                 snprintf(status, sizeof status, "%s", status_new);
-                char msg[300];
+                char msg[600];
                 snprintf(msg, sizeof msg, "STATUS=%s", status);
                 tq_sd_notify(msg);
             }
-        }
-        if (!child) {
-            int64_t id = 0;
-            int rc = tq_queue_claim(st, "cpu", &id, NULL);
-            if (rc < 0) { fprintf(stderr, "trainq serve: claim: %s\n", tq_store_errmsg(st)); sleep_ms(1000); continue; }
-            if (rc == 0) { sleep_ms(200); continue; }
-            pid_t pid = spawn_worker(cfg.db, id, cfg.devices);
-            if (pid < 0) {
-                char msg[160];
-                snprintf(msg, sizeof msg, "cannot start the worker: %s", strerror(errno));
-                fprintf(stderr, "trainq serve: job %lld: %s\n", (long long)id, msg);
-                tq_queue_finish(st, id, "failed", NULL, "worker_crashed", msg);
-                sleep_ms(1000);
-                continue;
-            }
-            child = pid; job = id;
-            status_last = 0;
-            fprintf(stderr, "trainq serve: job %lld: started worker %d\n", (long long)id, (int)pid);
-            continue;
-        }
-        int ws = 0;
-        pid_t r = waitpid(child, &ws, WNOHANG);
-        if (r == child) {
-            finalise(st, job, ws, 0);
-            child = 0; job = 0;
-            status_last = 0;
-            continue;
-        }
-        if (r < 0 && errno != EINTR) {   /* cannot happen for our own child; do not spin */
-            fprintf(stderr, "trainq serve: waitpid: %s\n", strerror(errno));
-            finalise(st, job, 0x7f00, 0);
-            child = 0; job = 0;
         }
         sleep_ms(50);
     }
@@ -455,14 +818,25 @@ int tq_cmd_serve(int argc, char **argv) {
     fprintf(stderr, "trainq serve: %s: stopping\n", g_stop == SIGINT ? "SIGINT" : "SIGTERM");
     tq_sd_notify("STOPPING=1");
     tq_api_stop(api);
-    if (child) {
-        tq_sd_notify("STATUS=stopping: the running job checkpoints and goes back to the queue");
-        kill(child, SIGTERM);
-        int ws = 0;
-        pid_t r;
-        while ((r = waitpid(child, &ws, 0)) < 0 && errno == EINTR) {}
-        if (r == child) finalise(st, job, ws, 1);
+    if (sup.nw) {
+        char msg[120];
+        snprintf(msg, sizeof msg, "STATUS=stopping: %d running job%s checkpoint and go back to the queue", sup.nw,
+                 sup.nw == 1 ? "" : "s");
+        tq_sd_notify(msg);
+        for (int i = 0; i < sup.nw; i++) kill(sup.w[i].pid, SIGTERM);
+        while (sup.nw > 0) {
+            int ws = 0;
+            pid_t r = waitpid(-1, &ws, 0);
+            if (r < 0) {
+                if (errno == EINTR) continue;
+                break;   /* ECHILD: none left */
+            }
+            for (int i = 0; i < sup.nw; i++)
+                if (sup.w[i].pid == r) { finalise(st, sup.w[i].job, ws, 1); sup.w[i] = sup.w[--sup.nw]; break; }
+        }
     }
+    tq_gpumem_shutdown();
+    tq_ledger_free(sup.ledger);
     tq_store_close(st);
     close(lock_fd);
     fprintf(stderr, "trainq serve: stopped\n");

@@ -12,6 +12,7 @@
 #include "report.h"
 #include "spec.h"
 #include "trainer.h"
+#include "device.h"
 #include "util.h"
 #include "../schema/queue.h"
 
@@ -39,7 +40,7 @@ static int w_step(void *ctx, const tq_step_rec *r) {
     wctx *w = ctx;
     if (!w->progress_set) {
         w->progress_set = 1;
-        if (tq_queue_set_progress(w->db, w->job, r->total_steps, "cpu"))
+        if (tq_queue_set_progress(w->db, w->job, r->total_steps, NULL))   /* the claim named the device */
             fprintf(stderr, "trainq worker: job %lld: %s\n", (long long)w->job, tq_store_errmsg(w->db));
     }
     if (tq_store_add_step(w->db, w->job, r)) goto fail;
@@ -103,39 +104,22 @@ static int finish(tq_store *db, int64_t id, const char *state, const char *summa
     return rc;
 }
 
-/* The daemon's --devices narrows a job's "device": auto follows the job; cpu runs "auto" jobs
- * on the CPU and refuses GPU jobs; cuda:N runs "auto" and "cuda" jobs on that GPU. */
-static int bind_device(tq_spec *sp, const char *daemon_dev, char *err, size_t n) {
-    if (!strcmp(daemon_dev, "auto")) return 0;
-    int job_gpu = !strncmp(sp->device, "cuda", 4);
-    if (!strcmp(daemon_dev, "cpu")) {
-        if (job_gpu) {
-            snprintf(err, n, "the job asks for device \"%s\", but this daemon runs jobs on the CPU only (--devices cpu)", sp->device);
-            return -1;
-        }
-        snprintf(sp->device, sizeof sp->device, "cpu");
-        return 0;
-    }
-    if (!strcmp(sp->device, "cpu")) return 0;
-    if (!strcmp(sp->device, "auto") || !strcmp(sp->device, "cuda") || !strcmp(sp->device, daemon_dev)) {
-        snprintf(sp->device, sizeof sp->device, "%.15s", daemon_dev);
-        return 0;
-    }
-    snprintf(err, n, "the job asks for device \"%s\", but this daemon runs jobs on %s (--devices)", sp->device, daemon_dev);
-    return -1;
-}
-
 int tq_cmd_worker(int argc, char **argv) {
-    const char *db_path = NULL, *device = "auto";
-    long long id = 0;
+    const char *db_path = NULL, *device = NULL;
+    long long id = 0, threads = 0, mem_limit = 0;
     for (int i = 0; i < argc; i++) {
         if (!strcmp(argv[i], "--db") && i + 1 < argc) db_path = argv[++i];
         else if (!strcmp(argv[i], "--job") && i + 1 < argc) id = atoll(argv[++i]);
         else if (!strcmp(argv[i], "--device") && i + 1 < argc) device = argv[++i];
+        else if (!strcmp(argv[i], "--threads") && i + 1 < argc) threads = atoll(argv[++i]);
+        else if (!strcmp(argv[i], "--mem-limit") && i + 1 < argc) mem_limit = atoll(argv[++i]);
         else { fprintf(stderr, "trainq worker: unexpected argument %s\n", argv[i]); return TQ_WORKER_USAGE; }
     }
-    if (!db_path || id <= 0) {
-        fprintf(stderr, "usage: trainq worker --db PATH --job ID [--device auto|cpu|cuda:N]   (internal: started by trainq serve)\n");
+    tq_devsel dsel;
+    if (!db_path || id <= 0 || (device && (tq_devsel_parse(device, &dsel) || dsel.kind == TQ_DEV_AUTO ||
+                                           dsel.kind == TQ_DEV_CUDA_ANY)) || threads < 0 || mem_limit < 0) {
+        fprintf(stderr, "usage: trainq worker --db PATH --job ID [--device cpu|cuda:N] [--threads N] [--mem-limit BYTES]"
+                        "   (internal: started by trainq serve, which placed the job)\n");
         return TQ_WORKER_USAGE;
     }
     struct sigaction sa;
@@ -172,17 +156,17 @@ int tq_cmd_worker(int argc, char **argv) {
         tq_store_close(db);
         return TQ_WORKER_FAILED;
     }
+    /* the scheduler's placement: the device it chose (the job's "device" allowed it) and, on
+     * the CPU, the cores it shares with the CPU jobs running beside it */
+    if (!device) device = job.device[0] ? job.device : "cpu";
+    snprintf(sp.device, sizeof sp.device, "%.15s", device);
+    if (!tq_dev_is_gpu(sp.device) && sp.threads == 0 && threads > 0) sp.threads = (int)threads;
     tq_job_free(&job);
-    if (bind_device(&sp, device, err, sizeof err)) {
-        finish(db, id, "failed", NULL, "device_unavailable", err);
-        tq_store_close(db);
-        return TQ_WORKER_FAILED;
-    }
 
     char out[TQ_PATH_MAX + 64];
     job_dir(db_path, id, out, sizeof out);
     wctx w = { db, id, sp.checkpoint_every, 0, 0, 0 };
-    tq_run_opts o = { out, 1, { &w, w_step, w_eval, w_stop, w_checkpoint } };
+    tq_run_opts o = { out, 1, { &w, w_step, w_eval, w_stop, w_checkpoint }, mem_limit };
     fprintf(stderr, "trainq worker: job %lld: training (%s, files in %s)\n", id, tq_model_name(sp.model), out);
     tq_summary sum;
     tq_train(&sp, &o, &sum);

@@ -170,6 +170,8 @@ struct tq_backend {
     const tq_backend_i *i;
     void *ctx;                   /* backend-private */
     size_t bytes_live, bytes_peak; /* what alloc/free have handed out */
+    size_t bytes_limit;          /* 0: none; else alloc refuses to hand out more than this in all
+                                  * (a job's planned share of a device shared with other jobs) */
     int threads;
     char err[256];
 };
@@ -187,6 +189,11 @@ static inline int tq_backend_i_missing(const tq_backend_i *i) {
     return -1;
 }
 
+/* 1 when handing out `bytes` more would pass be->bytes_limit; sets be->err saying so. The
+ * backends' alloc calls it first: a job that outgrows its planned share fails alone with an
+ * allocation error instead of taking memory its neighbours were promised. */
+int tq_backend_over_limit(tq_backend *be, size_t bytes);
+
 /* The CPU backend (always built). threads <= 0: OpenMP's default. */
 tq_backend *tq_cpu_backend_new(int threads);
 void tq_backend_free(tq_backend *);             /* any backend: calls i->destroy, then frees */
@@ -202,6 +209,7 @@ typedef struct {
     char name[96];
     int sm;                       /* compute capability major*10 + minor */
     size_t total_bytes, free_bytes;
+    char pci_bus_id[32];          /* "00000000:3b:00.0": how NVML names the same GPU */
 } tq_cuda_devinfo;
 int tq_cuda_built(void);                        /* 1 when this binary has the CUDA backend */
 /* Fills up to `max` entries; returns the device count (0 when none) or -1 with why[] set. */

@@ -81,8 +81,20 @@ static const char m0001_init[] =
     "\n"
     "CREATE INDEX events_job ON events (job_id, id);\n";
 
+static const char m0002_placement[] =
+    "-- 0002_placement.sql - several jobs at once on every device (the scheduler, daemon/sched.c).\n"
+    "-- A job's planned peak as placement reads it, on the CPU and on a GPU (the GPU's adds the CUDA\n"
+    "-- context and the cuDNN workspace bound), computed once at submission; NULL for jobs submitted\n"
+    "-- before this migration (placed only on an idle device). threads: the CPU threads its worker\n"
+    "-- was given (the cores split among the CPU jobs running together); NULL on a GPU.\n"
+    "\n"
+    "ALTER TABLE jobs ADD COLUMN planned_cpu_bytes INTEGER;\n"
+    "ALTER TABLE jobs ADD COLUMN planned_gpu_bytes INTEGER;\n"
+    "ALTER TABLE jobs ADD COLUMN threads INTEGER;\n";
+
 static const tq_migration migrations[] = {
     { 1, "0001_init.sql", m0001_init },
+    { 2, "0002_placement.sql", m0002_placement },
 };
 
 const tq_migration *tq_migrations(int *count) {

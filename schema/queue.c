@@ -14,7 +14,8 @@ enum {
     Q_FIND_SUB, Q_INSERT, Q_CLAIM, Q_GET, Q_LIST_ALL, Q_LIST_STATE, Q_POS, Q_COUNTS, Q_STEPS,
     Q_EVALS, Q_STATE, Q_CANCEL_QUEUED, Q_CANCEL_RUNNING, Q_CANCEL_FLAG, Q_DELETE, Q_PROGRESS,
     Q_CKPT, Q_FINISH, Q_REQUEUE, Q_RECOVER_FAIL, Q_RECOVER_QUEUE, Q_EVENT, Q_EVENT_STATE,
-    Q_EVENTS, Q_RECOVER_LIST, Q_BEGIN_READ, Q_END_READ, Q_EXISTS, Q_TOMBSTONE,
+    Q_EVENTS, Q_RECOVER_LIST, Q_BEGIN_READ, Q_END_READ, Q_EXISTS, Q_TOMBSTONE, Q_QUEUED,
+    Q_CLAIM_JOB, Q_FAIL_QUEUED,
 };
 
 /* The job columns, then its queue position, then the latest step's columns. */
@@ -25,7 +26,8 @@ enum {
     "CASE WHEN j.state = 'queued' THEN (SELECT count(*) FROM jobs q WHERE q.state = 'queued' " \
     "AND (q.priority > j.priority OR (q.priority = j.priority AND q.id <= j.id))) ELSE 0 END, " \
     "s.step, s.epoch, s.loss, s.lr, s.loss_scale, s.skipped, s.step_ms, s.samples_per_s, "      \
-    "s.mem_allocated_bytes, s.mem_peak_bytes, s.mem_reserved_bytes, s.device_used_bytes, s.time "
+    "s.mem_allocated_bytes, s.mem_peak_bytes, s.mem_reserved_bytes, s.device_used_bytes, s.time, " \
+    "j.planned_cpu_bytes, j.planned_gpu_bytes, j.threads "
 #define JOB_FROM                                                                              \
     "FROM jobs j LEFT JOIN steps s ON s.job_id = j.id AND s.step = "                          \
     "(SELECT max(step) FROM steps WHERE job_id = j.id) "
@@ -97,6 +99,9 @@ static int read_job(sqlite3_stmt *st, tq_job *j) {
         j->has_latest = 1;
         read_step(st, 19, &j->latest);
     }
+    j->planned_cpu_bytes = int_col(st, 32, -1);
+    j->planned_gpu_bytes = int_col(st, 33, -1);
+    j->threads = (int)int_col(st, 34, 0);
     if (!j->spec) return TQ_STORE_ERR;   /* NOT NULL column: only OOM gets here */
     return TQ_STORE_OK;
 }
@@ -172,7 +177,8 @@ int64_t tq_queue_find_submission(tq_store *s, const char *sub) {
 }
 
 int tq_queue_submit(tq_store *s, const char *name, const char *spec_json, int priority,
-                    const char *sub, int64_t planned, int64_t *id, int *existed) {
+                    const char *sub, const tq_job_plan *plan, int64_t *id, int *existed) {
+    int64_t planned = plan ? plan->peak_bytes : -1;
     s->err[0] = 0;
     if (existed) *existed = 0;
     if (!spec_json || !id) return tq__set_err(s, "submit: no spec");
@@ -190,7 +196,8 @@ int tq_queue_submit(tq_store *s, const char *name, const char *spec_json, int pr
     sqlite3_stmt *st;
     if (tq__stmt(s, Q_INSERT,
                  "INSERT INTO jobs (id, name, state, spec, priority, submission_id, created_at, "
-                 "planned_peak_bytes) VALUES (" TQ_NEXT_JOB_ID ", ?1, 'queued', ?2, ?3, ?4, ?5, ?6)",
+                 "planned_peak_bytes, planned_cpu_bytes, planned_gpu_bytes) VALUES (" TQ_NEXT_JOB_ID
+                 ", ?1, 'queued', ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
                  &st))
         goto fail;
     sqlite3_bind_text(st, 1, name ? name : "", -1, SQLITE_TRANSIENT);
@@ -201,6 +208,10 @@ int tq_queue_submit(tq_store *s, const char *name, const char *spec_json, int pr
     sqlite3_bind_int64(st, 5, tq__now_ms());
     if (planned >= 0) sqlite3_bind_int64(st, 6, planned);
     else sqlite3_bind_null(st, 6);
+    if (plan && plan->cpu_bytes >= 0) sqlite3_bind_int64(st, 7, plan->cpu_bytes);
+    else sqlite3_bind_null(st, 7);
+    if (plan && plan->gpu_bytes >= 0) sqlite3_bind_int64(st, 8, plan->gpu_bytes);
+    else sqlite3_bind_null(st, 8);
     if (done(s, st, "submit")) goto fail;
     int64_t rowid = sqlite3_last_insert_rowid(s->db);
     if (state_event(s, rowid)) goto fail;
@@ -235,6 +246,85 @@ int tq_queue_claim(tq_store *s, const char *device, int64_t *id, tq_job *job) {
     if (tq__commit(s)) return TQ_STORE_ERR;
     if (id) *id = got;
     if (job && tq_queue_get(s, got, job) != 1) return TQ_STORE_ERR;
+    return 1;
+fail:
+    tq__rollback(s);
+    return TQ_STORE_ERR;
+}
+
+int tq_queue_claim_job(tq_store *s, int64_t id, const char *device, int threads) {
+    s->err[0] = 0;
+    if (tq__begin(s)) return TQ_STORE_ERR;
+    sqlite3_stmt *st;
+    if (tq__stmt(s, Q_CLAIM_JOB,
+                 "UPDATE jobs SET state = 'running', started_at = coalesce(started_at, ?2), "
+                 "attempts = attempts + 1, cancel_requested = 0, device = ?3, threads = ?4, "
+                 "finished_at = NULL WHERE id = ?1 AND state = 'queued'", &st))
+        goto fail;
+    sqlite3_bind_int64(st, 1, id);
+    sqlite3_bind_int64(st, 2, tq__now_ms());
+    sqlite3_bind_text(st, 3, device, -1, SQLITE_TRANSIENT);
+    if (threads > 0) sqlite3_bind_int(st, 4, threads);
+    else sqlite3_bind_null(st, 4);
+    if (done(s, st, "claim")) goto fail;
+    if (sqlite3_changes(s->db) != 1) { tq__rollback(s); return 0; }   /* cancelled or deleted meanwhile */
+    if (state_event(s, id)) goto fail;
+    if (tq__commit(s)) return TQ_STORE_ERR;
+    return 1;
+fail:
+    tq__rollback(s);
+    return TQ_STORE_ERR;
+}
+
+int tq_queue_queued(tq_store *s, int max, tq_queued **out, int *n) {
+    s->err[0] = 0;
+    *out = NULL; *n = 0;
+    if (max < 1) return tq__set_err(s, "queued: max must be ≥ 1");
+    sqlite3_stmt *st;
+    if (tq__stmt(s, Q_QUEUED,
+                 "SELECT id, priority, created_at, coalesce(json_extract(spec, '$.device'), 'auto'), "
+                 "coalesce(json_extract(spec, '$.threads'), 0), planned_cpu_bytes, planned_gpu_bytes "
+                 "FROM jobs WHERE state = 'queued' ORDER BY priority DESC, id LIMIT ?1", &st))
+        return TQ_STORE_ERR;
+    sqlite3_bind_int(st, 1, max);
+    tq_queued *v = calloc((size_t)max, sizeof *v);
+    int k = 0, rc = SQLITE_NOMEM;
+    while (v && (rc = sqlite3_step(st)) == SQLITE_ROW) {
+        tq_queued *q = &v[k++];
+        q->id = sqlite3_column_int64(st, 0);
+        q->priority = sqlite3_column_int(st, 1);
+        q->created_at = sqlite3_column_int64(st, 2);
+        copy_col(st, 3, q->device, sizeof q->device);
+        q->threads = sqlite3_column_int(st, 4);
+        q->cpu_bytes = int_col(st, 5, -1);
+        q->gpu_bytes = int_col(st, 6, -1);
+    }
+    sqlite3_reset(st);
+    if (rc != SQLITE_DONE) {
+        free(v);
+        return rc == SQLITE_NOMEM ? tq__set_err(s, "queued: out of memory") : tq__sql_err(s, "queued");
+    }
+    *out = v; *n = k;
+    return TQ_STORE_OK;
+}
+
+int tq_queue_fail_queued(tq_store *s, int64_t id, const char *code, const char *msg) {
+    s->err[0] = 0;
+    if (tq__begin(s)) return TQ_STORE_ERR;
+    sqlite3_stmt *st;
+    if (tq__stmt(s, Q_FAIL_QUEUED,
+                 "UPDATE jobs SET state = 'failed', finished_at = ?2, error_code = ?3, "
+                 "error_message = ?4, summary = json_object('state', 'failed', 'error', "
+                 "json_object('code', ?3, 'message', ?4)) WHERE id = ?1 AND state = 'queued'", &st))
+        goto fail;
+    sqlite3_bind_int64(st, 1, id);
+    sqlite3_bind_int64(st, 2, tq__now_ms());
+    sqlite3_bind_text(st, 3, code, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_text(st, 4, msg, -1, SQLITE_TRANSIENT);
+    if (done(s, st, "fail a queued job")) goto fail;
+    if (sqlite3_changes(s->db) != 1) { tq__rollback(s); return 0; }
+    if (state_event(s, id)) goto fail;
+    if (tq__commit(s)) return TQ_STORE_ERR;
     return 1;
 fail:
     tq__rollback(s);

@@ -45,16 +45,31 @@ typedef struct {
     int64_t queue_position;  /* 1 = next to run; 0 unless queued */
     int has_latest;
     tq_step_rec latest;      /* the last step record, when has_latest */
+    int64_t planned_cpu_bytes, planned_gpu_bytes;   /* placement's planned peaks; < 0 unknown */
+    int threads;             /* CPU threads its worker was given; 0 unknown or a GPU */
 } tq_job;
+
+/* What a job plans, as submission records it: peak_bytes the training memory (the plan's
+ * total), cpu_bytes/gpu_bytes the planned peak placement reads on the CPU / on a GPU (with
+ * the dataset, and on a GPU the CUDA context and the workspace bound). < 0: unknown. */
+typedef struct { int64_t peak_bytes, cpu_bytes, gpu_bytes; } tq_job_plan;
+
+/* A queued job as placement reads it (tq_queue_queued). */
+typedef struct {
+    int64_t id, created_at;
+    int priority, threads;
+    char device[32];         /* the spec's device */
+    int64_t cpu_bytes, gpu_bytes;   /* < 0 unknown (a job from before migration 2) */
+} tq_queued;
 
 void tq_job_free(tq_job *);
 void tq_jobs_free(tq_job *, int n);
 
 /* Inserts a queued job. With a submission_id that a job already has, inserts nothing and
  * answers that job's id with *existed = 1 (the check and the insert are one transaction).
- * planned_peak_bytes < 0: unknown. */
+ * plan NULL: unknown. */
 int tq_queue_submit(tq_store *, const char *name, const char *spec_json, int priority,
-                    const char *submission_id, int64_t planned_peak_bytes, int64_t *id,
+                    const char *submission_id, const tq_job_plan *plan, int64_t *id,
                     int *existed);
 /* The id of the job holding submission_id: > 0, or 0 for none. */
 int64_t tq_queue_find_submission(tq_store *, const char *submission_id);
@@ -63,6 +78,16 @@ int64_t tq_queue_find_submission(tq_store *, const char *submission_id);
  * state 'running', started_at (first start kept), attempts + 1, cancel_requested 0.
  * Returns 1 and fills *job (may be NULL: then only *id), 0 when the queue is empty. */
 int tq_queue_claim(tq_store *, const char *device, int64_t *id, tq_job *job);
+
+/* Claims the queued job `id` for `device` (the scheduler chose it): state 'running', device,
+ * threads (≤ 0: NULL), started_at (first start kept), attempts + 1, cancel_requested 0.
+ * 1 claimed, 0 when the job is no longer queued (cancelled or deleted meanwhile). */
+int tq_queue_claim_job(tq_store *, int64_t id, const char *device, int threads);
+/* The queued jobs in queue order (priority DESC, id), at most max. *out malloc'd; free() it. */
+int tq_queue_queued(tq_store *, int max, tq_queued **out, int *n);
+/* A queued job to 'failed' with code/message (one that can never start). 1 done, 0 when it
+ * is no longer queued. */
+int tq_queue_fail_queued(tq_store *, int64_t id, const char *code, const char *msg);
 
 /* One job with its queue position and latest step. 1 found, 0 unknown. */
 int tq_queue_get(tq_store *, int64_t id, tq_job *job);

@@ -2,6 +2,7 @@
 #include "trainer.h"
 #include "checkpoint.h"
 #include "dataset.h"
+#include "device.h"
 #include "models.h"
 #include "util.h"
 #include <errno.h>
@@ -252,23 +253,28 @@ static int optimizer_step(run_ctx *r, double lr, int64_t t, const float *skip) {
                                 (float)(1.0 - pow(b2, (double)t)), skip);
 }
 
-/* The backend a spec asks for. "auto": the first GPU when one works, else the CPU (the reason
- * goes to stderr); "cuda" / "cuda:N": that GPU or a device_unavailable failure with the
- * reason; "cpu": the CPU. dev receives "cpu" or "cuda:N". */
+/* The backend a spec asks for (device.h). "auto": the first GPU when one works, else the CPU
+ * (the reason goes to stderr); "cuda" / "cuda:N": that GPU or a device_unavailable failure with
+ * the reason; "cpu": the CPU. dev receives "cpu" or "cuda:N": the device the job really runs on. */
 static int open_backend(const tq_spec *sp, tq_backend **out, char *dev, size_t dl, char *code, size_t cl,
                         char *err, size_t el) {
     char why[256] = "";
     *out = NULL;
-    if (strcmp(sp->device, "cpu")) {
-        int ord = 0;
-        if (!strncmp(sp->device, "cuda:", 5)) ord = atoi(sp->device + 5);
+    tq_devsel want;
+    if (tq_devsel_parse(sp->device, &want)) {
+        snprintf(code, cl, "invalid_spec");
+        snprintf(err, el, "device \"%.32s\" is not auto, cpu, cuda or cuda:N", sp->device);
+        return TQ_EINVAL;
+    }
+    if (want.kind != TQ_DEV_CPU) {
+        int ord = want.kind == TQ_DEV_CUDA ? want.ordinal : 0;
         tq_backend *be = tq_cuda_backend_new(ord, sp->cudnn_benchmark, sp->deterministic, why, sizeof why);
         if (be) {
             snprintf(dev, dl, "cuda:%d", ord);
             *out = be;
             return 0;
         }
-        if (strcmp(sp->device, "auto")) {
+        if (want.kind != TQ_DEV_AUTO) {
             snprintf(code, cl, "device_unavailable");
             snprintf(err, el, "device \"%s\" requested, but %s; use \"device\": \"auto\" or \"cpu\"", sp->device, why);
             return TQ_EDEVICE;
@@ -327,6 +333,15 @@ int tq_train(const tq_spec *sp, const tq_run_opts *o, tq_summary *sum) {
         snprintf(err, sizeof err, "the job needs %zu bytes (%.1f MiB: %zu for training + %zu for the dataset), over max_memory_mb %lld",
                  plan.total + plan.data, (plan.total + plan.data) / 1048576.0, plan.total, plan.data, (long long)sp->max_memory_mb);
         fail(sum, "memory_limit", err); rc = TQ_ENOMEM; goto done;
+    }
+    if (o->mem_limit > 0) {
+        if (plan.total + plan.data > (size_t)o->mem_limit) {
+            snprintf(err, sizeof err, "the job's plan on %s is %zu bytes (%.1f MiB with this device's workspaces), over "
+                     "the %lld bytes (%.1f MiB) placed for it", sum->device, plan.total + plan.data,
+                     (plan.total + plan.data) / 1048576.0, o->mem_limit, o->mem_limit / 1048576.0);
+            fail(sum, "out_of_memory", err); rc = TQ_ENOMEM; goto done;
+        }
+        r.be->bytes_limit = (size_t)o->mem_limit;
     }
     size_t dev_free = 0, dev_total = 0;
     int on_device = r.be->i->mem_info(r.be, &dev_free, &dev_total) == 0;

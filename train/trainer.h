@@ -17,6 +17,9 @@ typedef struct {
     const char *out_dir;     /* NULL: write no files */
     int resume;              /* continue from out_dir/checkpoint.safetensors when it exists */
     tq_callbacks cb;
+    long long mem_limit;     /* > 0: the bytes this job may hold on its device (its planned share
+                              * of a device other jobs use too): a plan over it fails before any
+                              * step, an allocation past it fails the job (out_of_memory) */
 } tq_run_opts;
 
 int tq_train(const tq_spec *spec, const tq_run_opts *opts, tq_summary *sum);
@@ -30,6 +33,13 @@ typedef struct {
 } tq_plan_report;
 int tq_plan_spec(const tq_spec *spec, tq_plan_report *rep, char *code, size_t codelen,
                  char *err, size_t errlen);
+
+/* The CUDA context, cuDNN/cuBLAS handles and module images a GPU job holds beyond its
+ * allocations, as placement counts it (measured on an H200, driver 580, CUDA 13: device use
+ * 556-565 MiB above the allocator's bytes, docs/gpu-check.md), and the bound on the cuDNN
+ * workspace a GPU plan may take beyond the CPU plan's (kernels/cuda/cuda_conv.c's WS_CAP). */
+#define TQ_GPU_CONTEXT_BYTES (640LL << 20)
+#define TQ_GPU_WORKSPACE_BOUND (256LL << 20)
 
 /* learning rate of (0-based) step s of `total` */
 double tq_lr_at(const tq_spec *spec, int64_t s, int64_t total);

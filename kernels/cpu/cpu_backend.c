@@ -25,6 +25,13 @@ void tq_backend_seterr(tq_backend *be, const char *fmt, ...) {
     va_end(ap);
 }
 
+int tq_backend_over_limit(tq_backend *be, size_t bytes) {
+    if (!be->bytes_limit || (be->bytes_live <= be->bytes_limit && bytes <= be->bytes_limit - be->bytes_live)) return 0;
+    tq_backend_seterr(be, "alloc: %zu bytes more would hold %zu, over the %zu bytes planned for this job "
+                      "(the job's share of the device)", bytes, be->bytes_live + bytes, be->bytes_limit);
+    return 1;
+}
+
 int tq_cpu_check_shape(tq_backend *be, const char *op, tq_shape s, tq_dtype dt) {
     if (!tq_cpu_dt_ok(dt)) {
         tq_backend_seterr(be, "%s: bad dtype %d", op, (int)dt);
@@ -42,6 +49,7 @@ static void *cpu_alloc(tq_backend *be, size_t bytes) {
         tq_backend_seterr(be, "alloc: %zu bytes is too large", bytes);
         return NULL;
     }
+    if (tq_backend_over_limit(be, bytes)) return NULL;
     size_t total = (HDR + bytes + HDR - 1) / HDR * HDR;
     unsigned char *base = aligned_alloc(HDR, total);
     if (!base) {

@@ -66,6 +66,8 @@ int tq_cuda_devices(tq_cuda_devinfo *out, int max, char *why, size_t why_len) {
         snprintf(o->name, sizeof o->name, "%.95s", p.name);
         o->sm = p.major * 10 + p.minor;
         o->total_bytes = p.totalGlobalMem;
+        snprintf(o->pci_bus_id, sizeof o->pci_bus_id, "%08x:%02x:%02x.0", (unsigned)p.pciDomainID,
+                 (unsigned)p.pciBusID, (unsigned)p.pciDeviceID);
         /* free memory needs a context on that device: the probe is a short-lived process
          * (`trainq devices`), so creating one here is fine */
         size_t fr = 0, tot = 0;
@@ -101,6 +103,7 @@ static void *cu_alloc(tq_backend *be, size_t bytes) {
         f->blks = nb;
         f->cap = cap;
     }
+    if (tq_backend_over_limit(be, bytes)) return NULL;
     void *p = NULL;
     cudaError_t e = cudaMalloc(&p, bytes ? bytes : 1);
     if (e != cudaSuccess) {

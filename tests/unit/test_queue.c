@@ -17,6 +17,7 @@
 
 #include "schema/queue.h"
 #include "schema/store.h"
+#include "schema/migrations.h"
 
 typedef struct { char dir[64], path[128]; tq_store *s; } fx;
 
@@ -48,7 +49,8 @@ static const char *const SPEC = "{\"model\":\"cnn\",\"steps\":10}";
 static int64_t submit(tq_store *s, int prio, const char *sub) {
     int64_t id = 0;
     int existed = -1;
-    assert_int_equal(tq_queue_submit(s, "j", SPEC, prio, sub, 1234, &id, &existed), TQ_STORE_OK);
+    tq_job_plan plan = { 1234, 2000, 3000 };
+    assert_int_equal(tq_queue_submit(s, "j", SPEC, prio, sub, &plan, &id, &existed), TQ_STORE_OK);
     assert_int_equal(existed, 0);
     assert_true(id > 0);
     return id;
@@ -137,7 +139,7 @@ static void test_idempotent_submit(void **state) {
     int64_t a = submit(f->s, 0, "key-1");
     int64_t id = 0;
     int existed = 0;
-    assert_int_equal(tq_queue_submit(f->s, "other", SPEC, 9, "key-1", -1, &id, &existed), TQ_STORE_OK);
+    assert_int_equal(tq_queue_submit(f->s, "other", SPEC, 9, "key-1", NULL, &id, &existed), TQ_STORE_OK);
     assert_int_equal(existed, 1);
     assert_int_equal(id, a);
     assert_int_equal(tq_queue_find_submission(f->s, "key-1"), a);
@@ -154,6 +156,8 @@ static void test_idempotent_submit(void **state) {
     assert_string_equal(j.name, "j");   /* the first submission's row, untouched */
     assert_string_equal(j.submission_id, "key-1");
     assert_int_equal(j.planned_peak_bytes, 1234);
+    assert_int_equal(j.planned_cpu_bytes, 2000);
+    assert_int_equal(j.planned_gpu_bytes, 3000);
     assert_string_equal(j.spec, SPEC);
     tq_job_free(&j);
 }
@@ -377,8 +381,95 @@ static void test_steps_read(void **state) {
     free(ev);
 }
 
+/* The scheduler's reads and writes: the queue in order with what placement needs, a claim of
+ * one chosen job (device and threads recorded; refused once it is no longer queued), and a
+ * queued job failed because it can never start. */
+static void test_placement_reads_and_claims(void **state) {
+    fx *f = *state;
+    int64_t a = submit(f->s, 0, NULL), b = submit(f->s, 5, NULL), c = submit(f->s, 0, NULL);
+    tq_queued *q;
+    int n;
+    assert_int_equal(tq_queue_queued(f->s, 10, &q, &n), TQ_STORE_OK);
+    assert_int_equal(n, 3);
+    assert_int_equal(q[0].id, b);
+    assert_int_equal(q[1].id, a);
+    assert_int_equal(q[2].id, c);
+    assert_string_equal(q[0].device, "auto");   /* the SPEC gives none */
+    assert_int_equal(q[0].cpu_bytes, 2000);
+    assert_int_equal(q[0].gpu_bytes, 3000);
+    free(q);
+    assert_int_equal(tq_queue_queued(f->s, 1, &q, &n), TQ_STORE_OK);
+    assert_int_equal(n, 1);
+    free(q);
+
+    assert_int_equal(tq_queue_claim_job(f->s, c, "cpu", 2), 1);   /* out of order: placement chose it */
+    tq_job j;
+    assert_int_equal(tq_queue_get(f->s, c, &j), 1);
+    assert_string_equal(j.state, "running");
+    assert_string_equal(j.device, "cpu");
+    assert_int_equal(j.threads, 2);
+    assert_int_equal(j.attempts, 1);
+    tq_job_free(&j);
+    assert_int_equal(tq_queue_claim_job(f->s, c, "cpu", 2), 0);   /* already running */
+    char was[16];
+    assert_int_equal(tq_queue_cancel(f->s, a, was), TQ_STORE_OK);
+    assert_int_equal(tq_queue_claim_job(f->s, a, "cuda:1", 0), 0);
+
+    assert_int_equal(tq_queue_fail_queued(f->s, b, "cannot_fit", "too big"), 1);
+    assert_int_equal(tq_queue_get(f->s, b, &j), 1);
+    assert_string_equal(j.state, "failed");
+    assert_string_equal(j.error_code, "cannot_fit");
+    assert_non_null(strstr(j.summary, "too big"));
+    tq_job_free(&j);
+    assert_int_equal(tq_queue_fail_queued(f->s, b, "cannot_fit", "again"), 0);
+    assert_int_equal(tq_queue_queued(f->s, 10, &q, &n), TQ_STORE_OK);
+    assert_int_equal(n, 0);
+    free(q);
+}
+
+/* A database at schema version 1 (before placement's columns) upgrades in place when opened:
+ * its jobs still read, with the new columns unknown, and still claim. */
+static void test_upgrade_from_version_1(void **state) {
+    (void)state;
+    char dir[64] = "/tmp/tq-upgrade-XXXXXX", path[128];
+    assert_non_null(mkdtemp(dir));
+    snprintf(path, sizeof path, "%s/old.db", dir);
+    sqlite3 *db;
+    assert_int_equal(sqlite3_open(path, &db), SQLITE_OK);
+    const tq_migration *m = tq_migrations(NULL);
+    assert_int_equal(sqlite3_exec(db, m[0].sql, NULL, NULL, NULL), SQLITE_OK);
+    assert_int_equal(sqlite3_exec(db, "PRAGMA user_version = 1; INSERT INTO jobs (name, spec, created_at, "
+                                      "planned_peak_bytes) VALUES ('old', '{\"model\":\"cnn\"}', 1, 77)",
+                                  NULL, NULL, NULL), SQLITE_OK);
+    sqlite3_close(db);
+    char err[256];
+    tq_store *s = tq_store_open(path, err, sizeof err);
+    assert_non_null(s);
+    tq_job j;
+    assert_int_equal(tq_queue_get(s, 1, &j), 1);
+    assert_string_equal(j.name, "old");
+    assert_int_equal(j.planned_peak_bytes, 77);
+    assert_int_equal(j.planned_cpu_bytes, -1);
+    assert_int_equal(j.planned_gpu_bytes, -1);
+    tq_job_free(&j);
+    tq_queued *q;
+    int n;
+    assert_int_equal(tq_queue_queued(s, 10, &q, &n), TQ_STORE_OK);
+    assert_int_equal(n, 1);
+    assert_int_equal(q[0].cpu_bytes, -1);
+    free(q);
+    assert_int_equal(tq_queue_claim_job(s, 1, "cpu", 1), 1);
+    tq_store_close(s);
+    char p2[160];
+    static const char *const suffix[] = { "", "-wal", "-shm" };
+    for (int i = 0; i < 3; i++) { snprintf(p2, sizeof p2, "%s%s", path, suffix[i]); unlink(p2); }
+    rmdir(dir);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_upgrade_from_version_1),
+        cmocka_unit_test_setup_teardown(test_placement_reads_and_claims, setup, teardown),
         cmocka_unit_test_setup_teardown(test_claim_order, setup, teardown),
         cmocka_unit_test_setup_teardown(test_atomic_claim, setup, teardown),
         cmocka_unit_test_setup_teardown(test_idempotent_submit, setup, teardown),
