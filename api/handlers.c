@@ -29,6 +29,20 @@ static const char *const no_params[] = { NULL };
 static cJSON *job_json(const tq_api *a, const tq_job *j) {
     cJSON *o = tq_job_json(j);
     if (!o) return NULL;
+    /* the batch as it runs: a "batch_size": "auto" spec keeps "auto" (so that it can be
+     * resubmitted as it is), with the accum_steps submission chose; the micro-batch follows */
+    const cJSON *spec = cJSON_GetObjectItemCaseSensitive(o, "spec");
+    const cJSON *bs = cJSON_GetObjectItemCaseSensitive(spec, "batch_size");
+    const cJSON *acc = cJSON_GetObjectItemCaseSensitive(spec, "accum_steps");
+    const cJSON *eff = cJSON_GetObjectItemCaseSensitive(spec, "effective_batch");
+    if (cJSON_IsNumber(acc) && acc->valuedouble >= 1 && (cJSON_IsNumber(bs) || cJSON_IsNumber(eff))) {
+        double micro = cJSON_IsNumber(bs) ? bs->valuedouble : eff->valuedouble / acc->valuedouble;
+        cJSON *b = cJSON_AddObjectToObject(o, "batch");
+        cJSON_AddNumberToObject(b, "batch_size", micro);
+        cJSON_AddNumberToObject(b, "accum_steps", acc->valuedouble);
+        cJSON_AddNumberToObject(b, "effective_batch", micro * acc->valuedouble);
+        cJSON_AddBoolToObject(b, "auto", cJSON_IsString(bs));
+    }
     if (j->threads > 0) cJSON_AddNumberToObject(o, "threads", j->threads);
     else cJSON_AddNullToObject(o, "threads");
     tq_ledger_wait w;
