@@ -248,3 +248,23 @@ def test_bad_specs_are_named_and_nothing_is_lost(make_daemon):
     assert "budget of cpu" in r.json()["error"]["message"], r
     assert d.wait_state(keep, "succeeded")["name"] == "keep"
     assert [j["id"] for j in d.get("/v1/jobs")["jobs"]] == [keep]
+
+
+def test_sigterm_requeues_every_running_job_and_each_resumes(make_daemon, tmp_path):
+    st = tmp_path / "state"
+    args = ["--max-jobs-per-device", "2", "--cpu-memory-mb", "2000"]
+    d = make_daemon(state_dir=st, args=args)
+    ids = [d.submit(syn(steps=300, seed=i, checkpoint_every=10, name="term-%d" % i))["id"] for i in range(2)]
+    for i in ids:
+        d.wait_step(i, 15, timeout=120)
+    assert d.stop(signal.SIGTERM) == 0
+    for i in ids:
+        row = d.query("select state, checkpoint_path from jobs where id = ?", (i,))[0]
+        assert row["state"] == "queued" and row["checkpoint_path"], row
+    d2 = make_daemon(state_dir=st, args=args)
+    for i in ids:
+        j = d2.wait_state(i, ("succeeded", "failed"), timeout=240)
+        assert j["state"] == "succeeded" and j["device"] == "cpu", j
+        assert len(running_intervals(d2, i)) == 2, "two spells: before and after the restart"
+        rows = d2.query("select count(*) as n, min(step) as a, max(step) as b from steps where job_id = ?", (i,))[0]
+        assert (rows["n"], rows["a"], rows["b"]) == (300, 1, 300), rows
