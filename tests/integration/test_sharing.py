@@ -268,3 +268,17 @@ def test_sigterm_requeues_every_running_job_and_each_resumes(make_daemon, tmp_pa
         assert len(running_intervals(d2, i)) == 2, "two spells: before and after the restart"
         rows = d2.query("select count(*) as n, min(step) as a, max(step) as b from steps where job_id = ?", (i,))[0]
         assert (rows["n"], rows["a"], rows["b"]) == (300, 1, 300), rows
+
+
+def test_placement_settings_from_the_config_file_and_the_flags_win(make_daemon, tmp_path):
+    conf = tmp_path / "trainq.conf"
+    conf.write_text("max_jobs_per_device = 2\ncpu_memory_mb = 300\nbackfill_window = 5m\n")
+    d = make_daemon(state_dir=tmp_path / "a", args=["--config", str(conf)])
+    cpu = [x for x in d.get("/v1/devices")["devices"] if x["id"] == "cpu"][0]
+    assert cpu["budget_bytes"] == 300 * MIB and cpu["max_jobs"] == 2, cpu
+    d2 = make_daemon(state_dir=tmp_path / "b", args=["--config", str(conf), "--max-jobs-per-device", "3"])
+    cpu = [x for x in d2.get("/v1/devices")["devices"] if x["id"] == "cpu"][0]
+    assert cpu["budget_bytes"] == 300 * MIB and cpu["max_jobs"] == 3, cpu
+    conf.write_text("cpu_memory_mb = lots\n")
+    rc, err = serve_fails(tmp_path, "--devices", "cpu", "--config", str(conf))
+    assert rc == 2 and "--cpu-memory-mb" in err and "lots" in err, err

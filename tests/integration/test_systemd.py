@@ -71,7 +71,8 @@ def test_config_example_is_key_value_lines():
         assert "=" in s, "line %d is not KEY=VALUE: %r" % (n, line)
         k, _, v = s.partition("=")
         keys[k.strip()] = v.strip()
-    assert set(keys) <= {"listen", "devices", "db", "allowed_hosts", "threads"}
+    assert set(keys) <= {"listen", "devices", "db", "allowed_hosts", "threads", "max_jobs_per_device",
+                         "gpu_reserve_mb", "cpu_memory_mb", "backfill_window"}
     assert keys["listen"] == "127.0.0.1:8470" and keys["devices"] == "auto"
 
 
