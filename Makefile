@@ -123,6 +123,7 @@ parity: $(BUILD)/trainq
 test: deps
 	$(MAKE) all $(TESTS)
 	$(MAKE) unit
+	$(MAKE) -j2 fuzz-smoke FUZZ_SMOKE_TIME=20
 	$(MAKE) parity
 
 run: deps
@@ -146,6 +147,74 @@ clean:
 	rm -rf $(BUILD)
 
 -include $(LIB_OBJ:.o=.d) $(MAIN_OBJ:.o=.d)
+
+# ---- fuzzing (libFuzzer) ------------------------------------------------------------------
+#   make fuzz            build every target of tests/fuzz/ and run each for FUZZ_TIME s (60)
+#   make fuzz-smoke      run each over its seed corpus, then FUZZ_SMOKE_TIME s (15) of fuzzing;
+#                        -j2 runs two targets at once
+#   make fuzz-corpus     regenerate the seed corpora (tests/fuzz/make_corpus)
+#   make fuzz-<target>   one target for FUZZ_TIME s, e.g. make fuzz-checkpoint FUZZ_TIME=600
+# clang (Debian: clang, libclang-rt-14-dev for libFuzzer and the sanitizer runtimes, libomp-14-dev)
+# builds the engine's C sources again with -fsanitize=fuzzer-no-link,address,undefined into
+# $(BUILD)/fuzz/, CPU only (kernels/nocuda.c). New inputs a run finds go to
+# $(BUILD)/fuzz/corpus/<target>/ (the committed seeds stay small); a crash is written to
+# $(BUILD)/fuzz/crash/<target>-* and fails the make.
+FUZZ_CC         ?= clang
+FUZZ_TIME       ?= 60
+FUZZ_SMOKE_TIME ?= 15
+FUZZ_SAN        ?= -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-sanitize=function
+FUZZ_CFLAGS     ?= -O1 -g -fno-omit-frame-pointer
+FUZZ_CFLAGS     += -std=c11 -D_GNU_SOURCE -Wno-pass-failed -fopenmp -I. -Ikernels -Itrain -Itests/fuzz $(FUZZ_SAN)
+FUZZ_LDLIBS     := -ldnnl -lopenblas -lcjson -lz -lm -lpthread -fopenmp
+FUZZ_TARGETS    := $(patsubst tests/fuzz/fuzz_%.c,%,$(wildcard tests/fuzz/fuzz_*.c))
+FUZZ_LIB_SRC    := $(wildcard kernels/cpu/*.c) $(wildcard train/*.c) kernels/nocuda.c
+FUZZ_LIB_OBJ    := $(FUZZ_LIB_SRC:%.c=$(BUILD)/fuzz/obj/%.o)
+FUZZ_BINS       := $(FUZZ_TARGETS:%=$(BUILD)/fuzz/fuzz_%)
+# per-target libFuzzer options: the largest input (CIFAR needs whole 3073-byte records)
+FUZZ_OPTS_cifar      := -max_len=16384
+FUZZ_OPTS_checkpoint := -max_len=16384
+FUZZ_OPTS_idx        := -max_len=4096
+# one thread everywhere: libFuzzer measures one process; OpenMP/OpenBLAS threads only add noise
+FUZZ_ENV        := OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 \
+                   UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+
+.PHONY: fuzz fuzz-build fuzz-smoke fuzz-corpus
+fuzz-build: $(FUZZ_BINS)
+
+$(BUILD)/fuzz/obj/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link -MMD -MP -c $< -o $@
+
+$(BUILD)/fuzz/libtrainq-fuzz.a: $(FUZZ_LIB_OBJ)
+	rm -f $@ && ar rcs $@ $^
+
+$(BUILD)/fuzz/fuzz_%: tests/fuzz/fuzz_%.c $(BUILD)/fuzz/libtrainq-fuzz.a
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer -MMD -MP -o $@ $< $(BUILD)/fuzz/libtrainq-fuzz.a $(FUZZ_LDLIBS)
+
+# $(call fuzz_run,target,seconds,log): fuzz over a scratch corpus seeded from the committed one
+define fuzz_run
+	@mkdir -p $(BUILD)/fuzz/corpus/$(1) $(BUILD)/fuzz/crash
+	@rc=0; $(FUZZ_ENV) $(BUILD)/fuzz/fuzz_$(1) $(FUZZ_OPTS_$(1)) -max_total_time=$(2) -print_final_stats=1 \
+	    -artifact_prefix=$(BUILD)/fuzz/crash/$(1)- $(BUILD)/fuzz/corpus/$(1) tests/fuzz/corpus/$(1) \
+	    > $(3) 2>&1 || rc=$$?; \
+	 if [ $$rc -ne 0 ]; then tail -n 60 $(3); echo "== fuzz $(1): FAILED (exit $$rc; log $(3))"; exit 1; fi; \
+	 echo "== fuzz $(1) ($(2) s): $$(grep -E '^#[0-9]+.*DONE' $(3) | tail -n 1 | tr -s ' \t' ' ')"
+endef
+
+fuzz: $(FUZZ_TARGETS:%=fuzz-%)
+fuzz-smoke: $(FUZZ_TARGETS:%=fuzz-smoke-%)
+
+fuzz-%: $(BUILD)/fuzz/fuzz_%
+	$(call fuzz_run,$*,$(FUZZ_TIME),$(BUILD)/fuzz/$*.log)
+
+fuzz-smoke-%: $(BUILD)/fuzz/fuzz_%
+	$(call fuzz_run,$*,$(FUZZ_SMOKE_TIME),$(BUILD)/fuzz/$*.smoke.log)
+
+fuzz-corpus: $(BUILD)/fuzz/fuzz_checkpoint
+	tests/fuzz/make_corpus $(BUILD)/fuzz/fuzz_checkpoint
+
+-include $(FUZZ_LIB_OBJ:.o=.d) $(FUZZ_BINS:=.d)
+# ---- end of fuzzing ------------------------------------------------------------------------
 
 # ---- install / uninstall (systemd service) ----------------------------------------------
 #   make && sudo make install      binary, unit, config (kept if present), the trainq user

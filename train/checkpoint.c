@@ -4,7 +4,11 @@
 #include "safetensors.h"
 #include "util.h"
 #include <cjson/cJSON.h>
+#include <errno.h>
 #include <inttypes.h>
+#include <limits.h>
+#include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -147,14 +151,134 @@ static void shape_str(char *buf, size_t n, int ndim, const int64_t *shape) {
     if (len < (int)n) snprintf(buf + len, n - len, "]");
 }
 
-static int read_file(tq_engine *e, const char *path, tq_ckpt_state *st, char *err, size_t errlen) {
+/* A metadata value for a message: at most 32 bytes, non-printable and non-ASCII bytes as '?',
+ * quoted. */
+static void value_str(char *buf, size_t n, const char *v) {
+    size_t len = strlen(v), k = 0;
+    if (n < 8) { if (n) buf[0] = 0; return; }
+    buf[k++] = '"';
+    for (size_t i = 0; i < len && i < 32 && k + 5 < n; i++)
+        buf[k++] = (v[i] >= 0x20 && v[i] < 0x7f && v[i] != '"' && v[i] != '\\') ? v[i] : '?';
+    if (len > 32 && k + 5 < n) { buf[k++] = '.'; buf[k++] = '.'; buf[k++] = '.'; }
+    buf[k++] = '"';
+    buf[k] = 0;
+}
+
+/* Strict integer: an optional '-', then 1…19 decimal digits, nothing else (no whitespace, no
+ * '+', no trailing bytes), within int64. */
+static int parse_i64(const char *v, int64_t *out) {
+    const char *p = v;
+    if (*p == '-') p++;
+    if (*p < '0' || *p > '9') return 0;
+    for (const char *q = p; *q; q++) if (*q < '0' || *q > '9') return 0;
+    errno = 0;
+    char *end = NULL;
+    long long x = strtoll(v, &end, 10);
+    if (errno || !end || *end) return 0;
+    *out = (int64_t)x;
+    return 1;
+}
+
+/* Strict decimal number as written by %.17g: digits, '.', 'e'/'E' and signs only (no "nan",
+ * "inf", hex or whitespace), the whole string consumed, finite. */
+static int parse_f64(const char *v, double *out) {
+    if (!*v) return 0;
+    for (const char *q = v; *q; q++)
+        if (!strchr("0123456789.eE+-", *q)) return 0;
+    if (*v == '+') return 0;
+    errno = 0;
+    char *end = NULL;
+    double x = strtod(v, &end);
+    if (errno == ERANGE && isfinite(x) && x != 0) errno = 0;   /* subnormal underflow: a value */
+    if (errno || !end || *end || !isfinite(x)) return 0;
+    *out = x;
+    return 1;
+}
+
+#define META_KEYS 5
+static const char *const meta_keys[META_KEYS] = {"step", "opt_t", "loss_scale", "growth_tracker", "skipped_steps"};
+
+__attribute__((format(printf, 5, 6)))
+static int meta_fail(char *err, size_t errlen, const char *path, const char *key, const char *fmt, ...) {
+    char tail[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(tail, sizeof tail, fmt, ap);
+    va_end(ap);
+    snprintf(err, errlen, "%s: checkpoint metadata \"%s\" %s", path, key, tail);
+    return TQ_EDATA;
+}
+
+/* Parses and checks the checkpoint's metadata (see tq_load_checkpoint in checkpoint.h). */
+static int read_meta(const tq_st_file *f, const char *path, const tq_ckpt_limits *lim, tq_ckpt_state *st,
+                     char *err, size_t errlen) {
+    const char *fmt = tq_st_meta(f, "format");
+    char q[64];
+    if (!fmt) {
+        snprintf(err, errlen, "%s: not a trainq checkpoint (checkpoint metadata \"format\" is missing)", path);
+        return TQ_EDATA;
+    }
+    if (strcmp(fmt, "trainq-checkpoint-1")) {
+        value_str(q, sizeof q, fmt);
+        return meta_fail(err, errlen, path, "format", "is %s: must be \"trainq-checkpoint-1\"", q);
+    }
+    int64_t iv[META_KEYS] = {0};
+    double scale = 0;
+    for (int k = 0; k < META_KEYS; k++) {
+        const char *v = tq_st_meta(f, meta_keys[k]);
+        if (!v) return meta_fail(err, errlen, path, meta_keys[k], "is missing");
+        int ok = k == 2 ? parse_f64(v, &scale) : parse_i64(v, &iv[k]);
+        if (!ok) {
+            value_str(q, sizeof q, v);
+            return meta_fail(err, errlen, path, meta_keys[k], "is %s: not %s", q,
+                             k == 2 ? "a finite decimal number" : "a decimal integer in the int64 range");
+        }
+    }
+    int64_t step = iv[0], opt_t = iv[1], tracker = iv[3], skipped = iv[4];
+    int64_t max_step = lim && lim->total_steps >= 0 ? lim->total_steps : INT64_MAX / 2;
+    if (step < 0 || step > max_step)
+        return meta_fail(err, errlen, path, "step", "is %" PRId64 ": must be 0..%" PRId64, step, max_step);
+    if (opt_t < 0 || opt_t > step)
+        return meta_fail(err, errlen, path, "opt_t", "is %" PRId64 ": must be 0..%" PRId64 " (step)", opt_t, step);
+    if (skipped < 0 || skipped > step)
+        return meta_fail(err, errlen, path, "skipped_steps", "is %" PRId64 ": must be 0..%" PRId64 " (step)",
+                         skipped, step);
+    if (opt_t + skipped != step)   /* every step is either applied or skipped */
+        return meta_fail(err, errlen, path, "opt_t", "is %" PRId64 ": with skipped_steps %" PRId64
+                         " it must add up to step %" PRId64, opt_t, skipped, step);
+    int64_t max_tracker = step < INT_MAX ? step : INT_MAX;
+    if (lim && lim->growth_interval > 0 && max_tracker > lim->growth_interval - 1)
+        max_tracker = lim->growth_interval - 1;
+    if (tracker < 0 || tracker > max_tracker)
+        return meta_fail(err, errlen, path, "growth_tracker", "is %" PRId64 ": must be 0..%" PRId64
+                         " (at most step, below growth_interval)", tracker, max_tracker);
+    float fs = (float)scale;
+    if (!(scale > 0) || !isfinite(fs) || !(fs > 0)) {
+        value_str(q, sizeof q, tq_st_meta(f, "loss_scale"));   /* as written: it is a decimal number */
+        q[strlen(q) - 1] = 0;
+        return meta_fail(err, errlen, path, "loss_scale", "is %s: must be a finite number > 0 (as a float)", q + 1);
+    }
+    st->step = step; st->opt_t = opt_t; st->loss_scale = scale;
+    st->growth_tracker = tracker; st->skipped_steps = skipped;
+    return TQ_OK;
+}
+
+#define MAX_BN_COUNT (INT64_C(1) << 62)
+
+static int read_file(tq_engine *e, const char *path, const tq_ckpt_limits *lim, tq_ckpt_state *st,
+                     char *err, size_t errlen) {
     const tq_graph *g = e->g;
     host_state h;
+    tq_ckpt_state meta;
     if (host_alloc(e, &h, st != NULL)) { snprintf(err, errlen, "out of memory reading %s", path); return TQ_ENOMEM; }
     int rc = TQ_EDATA;
     int64_t *counts = calloc(g->nbn ? g->nbn : 1, sizeof(int64_t));
-    tq_st_file *f = tq_st_open(path, err, errlen);
-    if (!f || !counts) { if (f == NULL && counts) rc = TQ_EDATA; goto fail; }
+    tq_st_file *f = NULL;
+    if (!counts) { snprintf(err, errlen, "out of memory reading %s", path); rc = TQ_ENOMEM; goto fail; }
+    if (!(f = tq_st_open(path, err, errlen))) goto fail;
+    /* the metadata first: nothing is copied from a checkpoint whose numbers are wrong */
+    if (st && (rc = read_meta(f, path, lim, &meta, err, errlen))) goto fail;
+    rc = TQ_EDATA;
     int matched = 0;
     for (int i = 0; i < g->nparams; i++) {
         const tq_param *p = &g->params[i];
@@ -168,17 +292,38 @@ static int read_file(tq_engine *e, const char *path, tq_ckpt_state *st, char *er
         }
         matched++;
         if (p->where == TQ_PB_COUNT) {
-            if (strcmp(t->dtype, "I64")) { snprintf(err, errlen, "%s: tensor \"%s\" must be I64, got %s", path, p->name, t->dtype); goto fail; }
-            memcpy(&counts[p->offset], t->data, 8);
+            if (strcmp(t->dtype, "I64") || t->bytes != 8) {
+                snprintf(err, errlen, "%s: tensor \"%s\" must be I64, got %s", path, p->name, t->dtype);
+                goto fail;
+            }
+            int64_t c;
+            memcpy(&c, t->data, 8);
+            if (c < 0 || c > MAX_BN_COUNT) {
+                snprintf(err, errlen, "%s: tensor \"%s\" is %" PRId64 ": must be 0..%" PRId64, path, p->name, c,
+                         MAX_BN_COUNT);
+                goto fail;
+            }
+            counts[p->offset] = c;
             continue;
         }
-        if (strcmp(t->dtype, "F32")) { snprintf(err, errlen, "%s: tensor \"%s\" must be F32, got %s", path, p->name, t->dtype); goto fail; }
+        if (strcmp(t->dtype, "F32") || t->bytes != p->numel * 4) {
+            snprintf(err, errlen, "%s: tensor \"%s\" must be F32, got %s", path, p->name, t->dtype);
+            goto fail;
+        }
         float *dst = (p->where == TQ_PB_PARAM ? h.params : h.buffers) + p->offset;
         const float *src = t->data;
-        for (size_t k = 0; k < p->numel; k++)
-            if (!tq_isfinite(src[k])) { snprintf(err, errlen, "%s: tensor \"%s\" holds a non-finite value", path, p->name); goto fail; }
-        if (p->layout != TQ_L_PLAIN) permute(p, src, dst, 0);
-        else memcpy(dst, src, p->numel * 4);
+        for (size_t k = 0; k < p->numel; k++) {
+            float x;
+            memcpy(&x, src + k, 4);   /* data may be unaligned (safetensors.h) */
+            if (!tq_isfinite(x)) { snprintf(err, errlen, "%s: tensor \"%s\" holds a non-finite value", path, p->name); goto fail; }
+        }
+        if (p->layout != TQ_L_PLAIN) {
+            float *tmp = malloc(p->numel ? p->numel * 4 : 1);
+            if (!tmp) { snprintf(err, errlen, "out of memory reading %s", path); rc = TQ_ENOMEM; goto fail; }
+            memcpy(tmp, src, p->numel * 4);
+            permute(p, tmp, dst, 0);
+            free(tmp);
+        } else memcpy(dst, src, p->numel * 4);
     }
     int extra = tq_st_count(f) - matched;
     if (st) {
@@ -187,33 +332,40 @@ static int read_file(tq_engine *e, const char *path, tq_ckpt_state *st, char *er
         for (int k = 0; k < 2; k++) {
             if (!bufs[k]) continue;
             const tq_st_tensor *t = tq_st_find(f, names[k]);
-            if (!t || strcmp(t->dtype, "F32") || t->bytes != g->nparam_elems * 4) {
-                snprintf(err, errlen, "%s: optimizer state \"%s\" missing or of the wrong size (a checkpoint of another optimizer or model?)", path, names[k]);
+            if (!t || strcmp(t->dtype, "F32") || t->ndim != 1 || t->shape[0] != (int64_t)g->nparam_elems ||
+                t->bytes != g->nparam_elems * 4) {
+                char a[64] = "none";
+                if (t) shape_str(a, sizeof a, t->ndim, t->shape);
+                snprintf(err, errlen, "%s: optimizer state \"%s\" missing or of the wrong dtype/shape (%s %s, the "
+                         "model needs F32 [%zu]: a checkpoint of another optimizer or model?)", path, names[k],
+                         t ? t->dtype : "", a, g->nparam_elems);
                 goto fail;
             }
             memcpy(bufs[k], t->data, t->bytes);
+            for (size_t j = 0; j < g->nparam_elems; j++)
+                if (!tq_isfinite(bufs[k][j])) {
+                    snprintf(err, errlen, "%s: optimizer state \"%s\" holds a non-finite value", path, names[k]);
+                    goto fail;
+                }
             extra--;
         }
-        const char *fmt = tq_st_meta(f, "format");
-        const char *keys[5] = {"step", "opt_t", "loss_scale", "growth_tracker", "skipped_steps"};
-        const char *v[5];
-        for (int k = 0; k < 5; k++) v[k] = tq_st_meta(f, keys[k]);
-        if (!fmt || strcmp(fmt, "trainq-checkpoint-1") || !v[0] || !v[1] || !v[2] || !v[3] || !v[4]) {
-            snprintf(err, errlen, "%s: not a trainq checkpoint (metadata missing)", path);
-            goto fail;
-        }
-        st->step = strtoll(v[0], NULL, 10); st->opt_t = strtoll(v[1], NULL, 10);
-        st->loss_scale = strtod(v[2], NULL); st->growth_tracker = strtoll(v[3], NULL, 10);
-        st->skipped_steps = strtoll(v[4], NULL, 10);
     }
     if (extra > 0) {
         for (int i = 0; i < tq_st_count(f); i++) {
             const char *nm = tq_st_at(f, i)->name;
-            int known = !strcmp(nm, OPT_A_NAME) || !strcmp(nm, OPT_B_NAME);
+            int is_opt = !strcmp(nm, OPT_A_NAME) || !strcmp(nm, OPT_B_NAME), known = is_opt;
             for (int k = 0; k < g->nparams && !known; k++) known = !strcmp(g->params[k].name, nm);
             if (!known) { snprintf(err, errlen, "%s: unexpected tensor \"%s\" (not a parameter or buffer of this model)", path, nm); goto fail; }
+            /* resuming: optimizer state this job has no buffer for is another optimizer's (a model
+             * loaded from a checkpoint, init_from, ignores the optimizer state) */
+            if (is_opt && st && !(!strcmp(nm, OPT_A_NAME) ? h.opt_a : h.opt_b)) {
+                snprintf(err, errlen, "%s: optimizer state \"%s\" is not used by this job's optimizer (a checkpoint of "
+                         "another optimizer?)", path, nm);
+                goto fail;
+            }
         }
     }
+    if (st) *st = meta;
     memcpy(e->counts, counts, sizeof(int64_t) * g->nbn);
     rc = upload(e, &h);
 fail:
@@ -223,7 +375,10 @@ fail:
     return rc;
 }
 
-int tq_load_model(tq_engine *e, const char *path, char *err, size_t errlen) { return read_file(e, path, NULL, err, errlen); }
-int tq_load_checkpoint(tq_engine *e, const char *path, tq_ckpt_state *st, char *err, size_t errlen) {
-    return read_file(e, path, st, err, errlen);
+int tq_load_model(tq_engine *e, const char *path, char *err, size_t errlen) {
+    return read_file(e, path, NULL, NULL, err, errlen);
+}
+int tq_load_checkpoint(tq_engine *e, const char *path, const tq_ckpt_limits *lim, tq_ckpt_state *st, char *err,
+                       size_t errlen) {
+    return read_file(e, path, lim, st, err, errlen);
 }

@@ -219,6 +219,22 @@ out:
     return rc;
 }
 
+/* Whether the file can hold the header's promise (hdr + n × unit bytes): checked before the
+ * samples are allocated, so that a 16-byte header cannot make the loader allocate gigabytes. A
+ * plain file holds its size; a gzip stream at most GZ_MAX_RATIO times it (deflate's limit is
+ * 1032:1), plus a little for gzip's framing. */
+#define GZ_MAX_RATIO 1032u
+static int idx_room(idx_file *f, uint64_t hdr, int64_t n, uint64_t unit, char *err, size_t errlen) {
+    struct stat st;
+    if (stat(f->path, &st) != 0 || st.st_size < 0) return TQ_OK;   /* the reads will tell */
+    uint64_t size = (uint64_t)st.st_size, direct = gzdirect(f->gz) == 1;
+    uint64_t room = direct ? size : size * GZ_MAX_RATIO + 1024, need = hdr + (uint64_t)n * unit;
+    if (need <= room) return TQ_OK;
+    return fail(err, errlen, TQ_EDATA, "%s: truncated: the header says %lld samples of %llu bytes, more "
+                "than the file (%llu bytes%s) can hold", f->path, (long long)n, (unsigned long long)unit,
+                (unsigned long long)size, direct ? "" : " of gzip");
+}
+
 static int idx_split(tq_split *sp, const char *dir, const char *prefix, int64_t subset,
                      const char *field, const char *splitname, char *err, size_t errlen) {
     char base[64];
@@ -250,6 +266,8 @@ static int idx_split(tq_split *sp, const char *dir, const char *prefix, int64_t 
         goto out;
     }
     if ((rc = check_subset(subset, n, field, splitname, err, errlen))) goto out;
+    if ((rc = idx_room(&lb, sizeof lh, n, 1, err, errlen)) ||
+        (rc = idx_room(&im, sizeof ih, n, (uint64_t)rows * cols, err, errlen))) goto out;
     int64_t keep = subset ? subset : n;
     if ((rc = split_alloc(sp, keep, (int)rows, (int)cols, 1, err, errlen))) goto out;
     if ((rc = idx_body(&lb, sp->labels, keep, n, 1, 1, err, errlen))) goto out;

@@ -379,7 +379,13 @@ int tq_train(const tq_spec *sp, const tq_run_opts *o, tq_summary *sum) {
     }
     struct stat sb;
     if (o->resume && ckpt_path[0] && stat(ckpt_path, &sb) == 0) {
-        if ((rc = tq_load_checkpoint(&r.e, ckpt_path, &st, err, sizeof err))) { fail(sum, "invalid_checkpoint", err); goto done; }
+        /* the checkpoint is input: its step must lie within this job (a negative or huge step
+         * would index the epoch order and the step arrays out of bounds), its scaler state must
+         * be one this job's scaler can reach (checkpoint.h) */
+        tq_ckpt_limits lim = {total, sp->amp == TQ_AMP_FP16 ? sp->loss_scale.growth_interval : 0};
+        if ((rc = tq_load_checkpoint(&r.e, ckpt_path, &lim, &st, err, sizeof err))) {
+            fail(sum, rc == TQ_ENOMEM ? "out_of_memory" : "invalid_checkpoint", err); goto done;
+        }
     } else if (sp->init_from[0]) {
         if ((rc = tq_load_model(&r.e, sp->init_from, err, sizeof err))) { fail(sum, "invalid_init_from", err); goto done; }
     } else if ((rc = tq_engine_init_weights(&r.e, sp->seed))) {
