@@ -43,6 +43,7 @@ static cJSON *job_json(const tq_api *a, const tq_job *j) {
         cJSON_AddNumberToObject(b, "effective_batch", micro * acc->valuedouble);
         cJSON_AddBoolToObject(b, "auto", cJSON_IsString(bs));
     }
+    cJSON_AddNumberToObject(o, "interruptions", j->interruptions);
     if (j->threads > 0) cJSON_AddNumberToObject(o, "threads", j->threads);
     else cJSON_AddNullToObject(o, "threads");
     tq_ledger_wait w;

@@ -92,9 +92,19 @@ static const char m0002_placement[] =
     "ALTER TABLE jobs ADD COLUMN planned_gpu_bytes INTEGER;\n"
     "ALTER TABLE jobs ADD COLUMN threads INTEGER;\n";
 
+static const char m0003_interruptions[] =
+    "-- 0003_interruptions.sql - a restart is not a failure (issue 20). interruptions counts the times a\n"
+    "-- job went back to the queue because the daemon stopped or died; start_step is the last recorded\n"
+    "-- step when the job was last started, so that a requeue can tell whether that start made\n"
+    "-- progress (then it does not count against max_attempts).\n"
+    "\n"
+    "ALTER TABLE jobs ADD COLUMN interruptions INTEGER NOT NULL DEFAULT 0;\n"
+    "ALTER TABLE jobs ADD COLUMN start_step INTEGER NOT NULL DEFAULT 0;\n";
+
 static const tq_migration migrations[] = {
     { 1, "0001_init.sql", m0001_init },
     { 2, "0002_placement.sql", m0002_placement },
+    { 3, "0003_interruptions.sql", m0003_interruptions },
 };
 
 const tq_migration *tq_migrations(int *count) {

@@ -27,10 +27,24 @@ enum {
     "AND (q.priority > j.priority OR (q.priority = j.priority AND q.id <= j.id))) ELSE 0 END, " \
     "s.step, s.epoch, s.loss, s.lr, s.loss_scale, s.skipped, s.step_ms, s.samples_per_s, "      \
     "s.mem_allocated_bytes, s.mem_peak_bytes, s.mem_reserved_bytes, s.device_used_bytes, s.time, " \
-    "j.planned_cpu_bytes, j.planned_gpu_bytes, j.threads "
+    "j.planned_cpu_bytes, j.planned_gpu_bytes, j.threads, j.interruptions "
 #define JOB_FROM                                                                              \
     "FROM jobs j LEFT JOIN steps s ON s.job_id = j.id AND s.step = "                          \
     "(SELECT max(step) FROM steps WHERE job_id = j.id) "
+/* the job's last recorded step (0 none), inside an UPDATE of jobs */
+#define LAST_STEP "coalesce((SELECT max(step) FROM steps WHERE job_id = jobs.id), 0)"
+/* An interruption (the daemon stopped or died under a running job): back to the queue — or
+ * to 'cancelled' when a cancel was pending, which the restart must not forget — counted in
+ * interruptions; the start counts against max_attempts only when it made no progress (no step
+ * recorded beyond the one it started from). ?2: now (ms). */
+#define INTERRUPT_SET                                                                          \
+    "state = CASE WHEN cancel_requested THEN 'cancelled' ELSE 'queued' END, "                  \
+    "finished_at = CASE WHEN cancel_requested THEN ?2 ELSE NULL END, "                          \
+    "summary = CASE WHEN cancel_requested THEN json_object('state', 'cancelled', 'steps', "     \
+    LAST_STEP ") ELSE summary END, "                                                           \
+    "interruptions = interruptions + 1, "                                                      \
+    "attempts = CASE WHEN " LAST_STEP " > start_step AND attempts > 0 THEN attempts - 1 "      \
+    "ELSE attempts END "
 #define STEP_COLS                                                                             \
     "step, epoch, loss, lr, loss_scale, skipped, step_ms, samples_per_s, mem_allocated_bytes, " \
     "mem_peak_bytes, mem_reserved_bytes, device_used_bytes, time"
@@ -102,6 +116,7 @@ static int read_job(sqlite3_stmt *st, tq_job *j) {
     j->planned_cpu_bytes = int_col(st, 32, -1);
     j->planned_gpu_bytes = int_col(st, 33, -1);
     j->threads = (int)int_col(st, 34, 0);
+    j->interruptions = (int)int_col(st, 35, 0);
     if (!j->spec) return TQ_STORE_ERR;   /* NOT NULL column: only OOM gets here */
     return TQ_STORE_OK;
 }
@@ -229,7 +244,8 @@ int tq_queue_claim(tq_store *s, const char *device, int64_t *id, tq_job *job) {
     sqlite3_stmt *st;
     if (tq__stmt(s, Q_CLAIM,
                  "UPDATE jobs SET state = 'running', started_at = coalesce(started_at, ?1), "
-                 "attempts = attempts + 1, cancel_requested = 0, device = ?2, finished_at = NULL "
+                 "attempts = attempts + 1, cancel_requested = 0, device = ?2, finished_at = NULL, "
+                 "start_step = " LAST_STEP " "
                  "WHERE id = (SELECT id FROM jobs WHERE state = 'queued' "
                  "ORDER BY priority DESC, id LIMIT 1) RETURNING id", &st))
         goto fail;
@@ -259,7 +275,7 @@ int tq_queue_claim_job(tq_store *s, int64_t id, const char *device, int threads)
     if (tq__stmt(s, Q_CLAIM_JOB,
                  "UPDATE jobs SET state = 'running', started_at = coalesce(started_at, ?2), "
                  "attempts = attempts + 1, cancel_requested = 0, device = ?3, threads = ?4, "
-                 "finished_at = NULL WHERE id = ?1 AND state = 'queued'", &st))
+                 "finished_at = NULL, start_step = " LAST_STEP " WHERE id = ?1 AND state = 'queued'", &st))
         goto fail;
     sqlite3_bind_int64(st, 1, id);
     sqlite3_bind_int64(st, 2, tq__now_ms());
@@ -637,9 +653,10 @@ int tq_queue_requeue(tq_store *s, int64_t id) {
     if (tq_store_flush(s)) return TQ_STORE_ERR;
     if (tq__begin(s)) return TQ_STORE_ERR;
     sqlite3_stmt *st;
-    if (tq__stmt(s, Q_REQUEUE, "UPDATE jobs SET state = 'queued', cancel_requested = 0 "
-                 "WHERE id = ?1 AND state = 'running'", &st)) goto fail;
+    if (tq__stmt(s, Q_REQUEUE, "UPDATE jobs SET " INTERRUPT_SET "WHERE id = ?1 AND state = 'running'", &st))
+        goto fail;
     sqlite3_bind_int64(st, 1, id);
+    sqlite3_bind_int64(st, 2, tq__now_ms());
     if (done(s, st, "requeue")) goto fail;
     if (sqlite3_changes(s->db) != 1) return not_running(s, id, "requeue");
     if (state_event(s, id)) goto fail;
@@ -656,8 +673,9 @@ int tq_queue_recover(tq_store *s, int *requeued, int *failed) {
     if (tq__begin(s)) return TQ_STORE_ERR;
     sqlite3_stmt *st;
     /* the ids first: each change gets its event */
-    if (tq__stmt(s, Q_RECOVER_LIST, "SELECT id, attempts >= max_attempts FROM jobs "
-                 "WHERE state = 'running' ORDER BY id", &st)) goto fail;
+    if (tq__stmt(s, Q_RECOVER_LIST, "SELECT id, NOT cancel_requested AND attempts >= max_attempts AND "
+                 "coalesce((SELECT max(step) FROM steps WHERE job_id = jobs.id), 0) <= start_step "
+                 "FROM jobs WHERE state = 'running' ORDER BY id", &st)) goto fail;
     int64_t ids[256];
     int fails[256], n = 0, rc;
     while (n < 256 && (rc = sqlite3_step(st)) == SQLITE_ROW) {
@@ -670,15 +688,16 @@ int tq_queue_recover(tq_store *s, int *requeued, int *failed) {
             if (tq__stmt(s, Q_RECOVER_FAIL,
                          "UPDATE jobs SET state = 'failed', finished_at = ?2, error_code = "
                          "'worker_crashed', error_message = printf('the job was interrupted (the "
-                         "daemon or its worker died) on attempt %d of max_attempts %d', attempts, "
-                         "max_attempts), summary = json_object('state', 'failed', 'error', "
+                         "daemon or its worker died) on attempt %d of max_attempts %d, without "
+                         "recording a step since that attempt started', attempts, max_attempts), summary = json_object('state', 'failed', 'error', "
                          "json_object('code', 'worker_crashed', 'message', printf('interrupted on "
                          "attempt %d of max_attempts %d', attempts, max_attempts))) WHERE id = ?1",
                          &st)) goto fail;
             sqlite3_bind_int64(st, 2, tq__now_ms());
-        } else if (tq__stmt(s, Q_RECOVER_QUEUE, "UPDATE jobs SET state = 'queued', "
-                            "cancel_requested = 0 WHERE id = ?1", &st)) {
+        } else if (tq__stmt(s, Q_RECOVER_QUEUE, "UPDATE jobs SET " INTERRUPT_SET "WHERE id = ?1", &st)) {
             goto fail;
+        } else {
+            sqlite3_bind_int64(st, 2, tq__now_ms());
         }
         sqlite3_bind_int64(st, 1, ids[i]);
         if (done(s, st, "recover") || state_event(s, ids[i])) goto fail;

@@ -12,10 +12,13 @@
  *   TQ_STORE_ERR with the message in tq_store_errmsg. Nothing here exits or prints.
  * - Memory: a tq_job owns its spec/summary/error strings; release with tq_job_free (arrays of
  *   jobs with tq_jobs_free). Record arrays are malloc'd; free() them.
- * - attempts counts the times a job was started (claimed). A job found 'running' at startup
- *   (the daemon or its worker died) goes back to 'queued', or to 'failed' with error.code
- *   'worker_crashed' when attempts has reached max_attempts (default 3). A graceful stop
- *   (SIGTERM) requeues without changing attempts: the interrupted start counts.
+ * - attempts counts the starts that failed or made no progress, plus the current one: a claim
+ *   adds 1. An interruption — a graceful stop (SIGTERM, tq_queue_requeue) or a job found
+ *   'running' at startup (the daemon died, tq_queue_recover) — adds 1 to interruptions and
+ *   gives the start back (attempts − 1) when it recorded a step beyond the one it started
+ *   from; a start without progress keeps counting, and at startup such a job that has reached
+ *   max_attempts (default 3) fails with 'worker_crashed'. A pending cancel survives the
+ *   interruption: the job ends 'cancelled' at once instead of going back to the queue.
  * - Each state change appends an event (type "state", data {"state":…,"attempts":…} plus
  *   "error" when failed) that GET /v1/jobs/{id}/events streams.
  * - Times are unix milliseconds; 0 means null. */
@@ -47,6 +50,7 @@ typedef struct {
     tq_step_rec latest;      /* the last step record, when has_latest */
     int64_t planned_cpu_bytes, planned_gpu_bytes;   /* placement's planned peaks; < 0 unknown */
     int threads;             /* CPU threads its worker was given; 0 unknown or a GPU */
+    int interruptions;       /* times the daemon stopped or died under it (requeued) */
 } tq_job;
 
 /* What a job plans, as submission records it: peak_bytes the training memory (the plan's

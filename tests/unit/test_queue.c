@@ -233,6 +233,72 @@ static void test_delete_rules(void **state) {
     assert_true(d > c);
 }
 
+static void add_steps(tq_store *s, int64_t id, int from, int to) {
+    for (int k = from; k <= to; k++) {
+        tq_step_rec r = { .step = k, .epoch = 1, .loss = 2, .lr = 0.1, .loss_scale = -1, .step_ms = 1,
+                          .samples_per_s = 1, .device_used_bytes = -1, .time_ms = 1, .total_steps = 100 };
+        assert_int_equal(tq_store_add_step(s, id, &r), TQ_STORE_OK);
+    }
+    assert_int_equal(tq_store_flush(s), TQ_STORE_OK);
+}
+
+static void attempts_are(tq_store *s, int64_t id, const char *state, int attempts, int interruptions) {
+    tq_job j;
+    assert_int_equal(tq_queue_get(s, id, &j), 1);
+    assert_string_equal(j.state, state);
+    assert_int_equal(j.attempts, attempts);
+    assert_int_equal(j.interruptions, interruptions);
+    tq_job_free(&j);
+}
+
+/* Restarts are not failures: an interrupted start that recorded steps gives its attempt back,
+ * by SIGTERM (requeue) or by a crash (recover); one without progress counts, and fails the
+ * job at max_attempts; a pending cancel survives either and ends the job cancelled. */
+static void test_interruptions(void **state) {
+    fx *f = *state;
+    int requeued, failed;
+    int64_t a = submit(f->s, 0, NULL);
+    for (int round = 0; round < 5; round++) {        /* far more than max_attempts (3) */
+        assert_int_equal(claim(f->s), a);
+        attempts_are(f->s, a, "running", 1, round);
+        add_steps(f->s, a, 10 * round + 1, 10 * round + 10);
+        if (round % 2) assert_int_equal(tq_queue_recover(f->s, &requeued, &failed), TQ_STORE_OK);
+        else assert_int_equal(tq_queue_requeue(f->s, a), TQ_STORE_OK);
+        attempts_are(f->s, a, "queued", 0, round + 1);
+    }
+    /* resumed from a checkpoint before its last recorded step: steps 41..50 are re-done (INSERT
+     * OR IGNORE), the max does not grow, so no progress: these starts count */
+    for (int k = 1; k <= 3; k++) {
+        assert_int_equal(claim(f->s), a);
+        add_steps(f->s, a, 41, 50);
+        assert_int_equal(tq_queue_recover(f->s, &requeued, &failed), TQ_STORE_OK);
+        if (k < 3) attempts_are(f->s, a, "queued", k, 5 + k);
+    }
+    tq_job j;
+    assert_int_equal(tq_queue_get(f->s, a, &j), 1);
+    assert_string_equal(j.state, "failed");
+    assert_string_equal(j.error_code, "worker_crashed");
+    assert_non_null(strstr(j.error_message, "without recording a step"));
+    tq_job_free(&j);
+
+    /* a cancel asked for while running, then a restart: cancelled, not requeued */
+    int64_t b = submit(f->s, 0, NULL), c = submit(f->s, 0, NULL);
+    assert_int_equal(claim(f->s), b);
+    add_steps(f->s, b, 1, 3);
+    assert_int_equal(tq_queue_cancel(f->s, b, NULL), TQ_STORE_OK);
+    assert_int_equal(tq_queue_requeue(f->s, b), TQ_STORE_OK);
+    assert_int_equal(tq_queue_get(f->s, b, &j), 1);
+    assert_string_equal(j.state, "cancelled");
+    assert_true(j.finished_at > 0);
+    assert_non_null(strstr(j.summary, "\"cancelled\""));
+    tq_job_free(&j);
+    assert_int_equal(claim(f->s), c);
+    assert_int_equal(tq_queue_cancel(f->s, c, NULL), TQ_STORE_OK);
+    assert_int_equal(tq_queue_recover(f->s, &requeued, &failed), TQ_STORE_OK);
+    state_is(f->s, c, "cancelled");
+    assert_int_equal(claim(f->s), 0);                /* neither went back to the queue */
+}
+
 static void test_recover(void **state) {
     fx *f = *state;
     int64_t a = submit(f->s, 0, NULL), b = submit(f->s, 0, NULL), c = submit(f->s, 0, NULL);
@@ -470,6 +536,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_upgrade_from_version_1),
         cmocka_unit_test_setup_teardown(test_placement_reads_and_claims, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_interruptions, setup, teardown),
         cmocka_unit_test_setup_teardown(test_claim_order, setup, teardown),
         cmocka_unit_test_setup_teardown(test_atomic_claim, setup, teardown),
         cmocka_unit_test_setup_teardown(test_idempotent_submit, setup, teardown),
