@@ -1,6 +1,21 @@
 /* http.c — libmicrohttpd glue (see api.h): the daemon's options, the route table, per-request
- * state, body caps, the Host check, query parameters and the response helpers. */
+ * state, body caps, the Host check, query parameters and the response helpers.
+ *
+ * What enters is checked before any handler runs: exactly one Host (none only in HTTP/1.0) and
+ * an allowed one; a path whose decoded bytes are valid UTF-8 without NUL or other control
+ * characters (judged on the raw URI, before libmicrohttpd's unescaping cuts a %00); query
+ * parameters likewise (their decoded lengths, so a %00 is seen); one Content-Length, refused
+ * with a JSON 413 when over the cap before the body is read. What leaves as JSON is made valid
+ * UTF-8 (tq_send_json), whatever an older database holds.
+ *
+ * libmicrohttpd 0.9.75 answers some malformed requests itself, before any callback of ours, with
+ * its own small HTML bodies, and has no option to replace them: a Content-Length that is not a
+ * number (400) or does not fit in 64 bits (413), a request line or header block over the
+ * connection memory limit (431, or 414 for the URI), a malformed request line or header (400),
+ * an unsupported HTTP version (505), a bad chunked encoding (400). Everything that reaches the
+ * access handler is answered as {"error":{...}}. */
 #include "internal.h"
+#include "utf8.h"
 
 #include <arpa/inet.h>
 #include <ctype.h>
@@ -76,6 +91,9 @@ enum MHD_Result tq_send_text(tq_ctx *c, unsigned status, const char *ctype, char
 
 enum MHD_Result tq_send_json(tq_ctx *c, unsigned status, cJSON *body) {
     if (!body) return MHD_NO;
+    /* every string valid UTF-8, whatever a handler copied in (a stored name, an echoed value
+     * cut inside a character): a client always gets JSON it can parse */
+    if (tq_utf8_sanitize_json(body)) { cJSON_Delete(body); return MHD_NO; }
     char *s = cJSON_PrintUnformatted(body);
     cJSON_Delete(body);
     if (!s) return MHD_NO;
@@ -127,9 +145,27 @@ tq_store *tq_api_store(tq_ctx *c) {
 
 /* ---- query parameters ----------------------------------------------------------------- */
 
-static enum MHD_Result collect_arg(void *cls, enum MHD_ValueKind kind, const char *key, const char *value) {
-    tq_ctx *c = cls;
+/* The query parameters into c->qk/qv; the first one that is not valid UTF-8 or holds a control
+ * character (a %00 included: the sizes are the decoded ones) is noted in field/why. */
+typedef struct {
+    tq_ctx *c;
+    char field[64];
+    char why[192];
+} arg_scan;
+
+static enum MHD_Result collect_arg(void *cls, enum MHD_ValueKind kind, const char *key, size_t key_size,
+                                   const char *value, size_t value_size) {
+    arg_scan *as = cls;
+    tq_ctx *c = as->c;
     (void)kind;
+    char why[96];
+    if (!as->why[0] && tq_utf8_explain(key, key_size, 0, why, sizeof why)) {
+        tq_utf8_sanitize_to(as->field, sizeof as->field, key, key_size, 1);
+        snprintf(as->why, sizeof as->why, "the name of query parameter \"%s\" %s", as->field, why);
+    } else if (!as->why[0] && value && tq_utf8_explain(value, value_size, 0, why, sizeof why)) {
+        tq_utf8_sanitize_to(as->field, sizeof as->field, key, key_size, 1);
+        snprintf(as->why, sizeof as->why, "query parameter %s %s", as->field, why);
+    }
     if (c->nq < TQ_API_MAX_QUERY) { c->qk[c->nq] = key; c->qv[c->nq] = value ? value : ""; }
     c->nq++;
     return MHD_YES;
@@ -191,6 +227,59 @@ int tq_query_int(tq_ctx *c, const char *key, long long lo, long long hi, long lo
     return 0;
 }
 
+/* Content-Length (digits, as libmicrohttpd accepted it) over max? Any value past 64 bits was
+ * refused by libmicrohttpd before we run. */
+static int over_limit(const char *cl, size_t max) {
+    while (*cl == ' ' || *cl == '\t') cl++;
+    while (*cl == '0' && isdigit((unsigned char)cl[1])) cl++;
+    size_t n = strspn(cl, "0123456789");
+    if (n == 0) return 0;
+    if (n > 19) return 1;   /* >= 10^19 */
+    errno = 0;
+    unsigned long long v = strtoull(cl, NULL, 10);
+    return errno != 0 || v > (unsigned long long)max;
+}
+
+/* ---- the request line and headers ------------------------------------------------------- */
+
+/* Why the raw path (the URI up to '?') is refused, into why[n]; "" when it is fine: its bytes,
+ * %XX decoded as libmicrohttpd will, must be UTF-8 without NUL or other control characters. */
+static void check_raw_path(const char *uri, char *why, size_t n) {
+    why[0] = 0;
+    size_t len = strcspn(uri, "?");
+    char *dec = malloc(len + 1);
+    if (!dec) { snprintf(why, n, "out of memory"); return; }
+    size_t o = 0;
+    for (size_t i = 0; i < len; i++) {
+        if (uri[i] == '%' && isxdigit((unsigned char)uri[i + 1]) && isxdigit((unsigned char)uri[i + 2])) {
+            char hex[3] = { uri[i + 1], uri[i + 2], 0 };
+            dec[o++] = (char)strtol(hex, NULL, 16);
+            i += 2;
+        } else {
+            dec[o++] = uri[i];
+        }
+    }
+    char what[96];
+    if (tq_utf8_explain(dec, o, 0, what, sizeof what))
+        snprintf(why, n, "the path (after %%-decoding) %s", what);
+    free(dec);
+}
+
+typedef struct { const char *name; int n; } header_count;
+
+static enum MHD_Result count_header(void *cls, enum MHD_ValueKind kind, const char *key, const char *value) {
+    header_count *h = cls;
+    (void)kind; (void)value;
+    if (key && !strcasecmp(key, h->name)) h->n++;
+    return MHD_YES;
+}
+
+static int headers_named(struct MHD_Connection *conn, const char *name) {
+    header_count h = { name, 0 };
+    MHD_get_connection_values(conn, MHD_HEADER_KIND, count_header, &h);
+    return h.n;
+}
+
 /* ---- the Host check (DNS rebinding) ----------------------------------------------------- */
 
 /* host[:port] or [v6][:port] → the name part in out (lowercase) */
@@ -241,6 +330,21 @@ static int host_allowed(tq_api *a, const char *host) {
 
 /* ---- the access handler --------------------------------------------------------------- */
 
+/* http.c's per-request state around the tq_req the handlers see: made by the URI callback (which
+ * sees the raw URI, before it is unescaped), freed by completed_cb. rq first: the same pointer. */
+typedef struct {
+    tq_req rq;
+    int seen;              /* the access handler has run for this request */
+    char bad_path[160];    /* "" or why the path is refused */
+} request;
+
+static void *uri_cb(void *cls, const char *uri, struct MHD_Connection *conn) {
+    (void)cls; (void)conn;
+    request *rx = calloc(1, sizeof *rx);
+    if (rx) check_raw_path(uri ? uri : "", rx->bad_path, sizeof rx->bad_path);
+    return rx;
+}
+
 static int is_json_type(const char *ct) {
     if (!ct) return 0;
     while (*ct == ' ') ct++;
@@ -253,26 +357,39 @@ static enum MHD_Result access_cb(void *cls, struct MHD_Connection *conn, const c
                                  const char *method, const char *version, const char *upload,
                                  size_t *upload_size, void **con_cls) {
     tq_api *a = cls;
-    (void)version;
-    tq_req *rq = *con_cls;
-    tq_ctx c = { .api = a, .conn = conn, .method = method };
-    if (!rq) {
-        rq = calloc(1, sizeof *rq);
-        if (!rq) return MHD_NO;
-        *con_cls = rq;
-        c.req = rq;
+    request *rx = *con_cls;
+    if (!rx) {   /* the URI callback could not allocate */
+        rx = calloc(1, sizeof *rx);
+        if (!rx) return MHD_NO;
+        *con_cls = rx;
+    }
+    tq_req *rq = &rx->rq;
+    tq_ctx c = { .api = a, .conn = conn, .method = method, .req = rq };
+    if (!rx->seen) {
+        rx->seen = 1;
         /* checks that need no body: answered at once (MHD then skips the body) */
+        int nhost = headers_named(conn, MHD_HTTP_HEADER_HOST);
+        if (nhost > 1)
+            return tq_send_error(&c, MHD_HTTP_BAD_REQUEST, "invalid_request", "Host",
+                                 "the request has %d Host headers; it must have one (RFC 9112, 3.2)", nhost);
+        if (nhost == 0 && version && strcmp(version, MHD_HTTP_VERSION_1_0))
+            return tq_send_error(&c, MHD_HTTP_BAD_REQUEST, "invalid_request", "Host",
+                                 "an %.16s request must have a Host header (RFC 9112, 3.2)", version);
         if (!host_allowed(a, MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_HOST)))
             return tq_send_error(&c, MHD_HTTP_FORBIDDEN, "forbidden_host", NULL,
                                  "the Host header is not a name this daemon answers to");
+        if (rx->bad_path[0])
+            return tq_send_error(&c, MHD_HTTP_BAD_REQUEST, "invalid_request", "path", "%s", rx->bad_path);
+        int ncl = headers_named(conn, MHD_HTTP_HEADER_CONTENT_LENGTH);
+        if (ncl > 1)
+            return tq_send_error(&c, MHD_HTTP_BAD_REQUEST, "invalid_request", "Content-Length",
+                                 "the request has %d Content-Length headers; it must have at most one", ncl);
         const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
-        long long n;
-        if (cl && !parse_ll(cl, &n) && n > (long long)a->max_body)
+        if (cl && over_limit(cl, a->max_body))
             return tq_send_error(&c, MHD_HTTP_CONTENT_TOO_LARGE, "payload_too_large", NULL,
-                                 "the body has %lld bytes, more than the %zu allowed", n, a->max_body);
+                                 "the body has %.24s bytes, more than the %zu allowed", cl, a->max_body);
         return MHD_YES;
     }
-    c.req = rq;
     if (*upload_size) {
         if (!rq->too_large) {
             if (rq->len + *upload_size > a->max_body) {
@@ -320,7 +437,7 @@ static enum MHD_Result access_cb(void *cls, struct MHD_Connection *conn, const c
         char msg[256];
         snprintf(msg, sizeof msg, "%.16s is not allowed on %.80s (allowed: %s)", method, url, allow);
         cJSON_AddStringToObject(e, "message", msg);
-        char *s = cJSON_PrintUnformatted(o);
+        char *s = tq_utf8_sanitize_json(o) ? NULL : cJSON_PrintUnformatted(o);
         cJSON_Delete(o);
         if (!s) return MHD_NO;
         r = MHD_create_response_from_buffer(strlen(s), s, MHD_RESPMEM_MUST_FREE);
@@ -337,9 +454,16 @@ static enum MHD_Result access_cb(void *cls, struct MHD_Connection *conn, const c
                                  "a job id is a positive integer, got \"%.*s\"", (int)(idlen > 64 ? 64 : idlen), idseg);
         c.id = strtoll(idseg, NULL, 10);
     }
-    MHD_get_connection_values(conn, MHD_GET_ARGUMENT_KIND, collect_arg, &c);
+    arg_scan as = { .c = &c };
+    MHD_get_connection_values_n(conn, MHD_GET_ARGUMENT_KIND, collect_arg, &as);
+    if (as.why[0])
+        return tq_send_error(&c, MHD_HTTP_BAD_REQUEST, "invalid_parameter", as.field, "%s", as.why);
     if (!strcmp(m, "POST") && hit->fn == tq_h_submit) {
         const char *ct = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_TYPE);
+        char why[96];
+        if (ct && tq_utf8_explain(ct, strlen(ct), 0, why, sizeof why))
+            return tq_send_error(&c, MHD_HTTP_BAD_REQUEST, "invalid_request", "Content-Type",
+                                 "the Content-Type header %s", why);
         if (!is_json_type(ct))
             return tq_send_error(&c, MHD_HTTP_UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type", NULL,
                                  "the body must be application/json (curl --json), got %.64s",
@@ -351,11 +475,11 @@ static enum MHD_Result access_cb(void *cls, struct MHD_Connection *conn, const c
 static void completed_cb(void *cls, struct MHD_Connection *conn, void **con_cls,
                          enum MHD_RequestTerminationCode toe) {
     (void)conn; (void)toe;
-    tq_req *rq = *con_cls;
-    if (!rq) return;
-    if (rq->sse) tq_sse_free(cls, rq->sse);
-    free(rq->body);
-    free(rq);
+    request *rx = *con_cls;
+    if (!rx) return;
+    if (rx->rq.sse) tq_sse_free(cls, rx->rq.sse);
+    free(rx->rq.body);
+    free(rx);
     *con_cls = NULL;
 }
 
@@ -423,6 +547,7 @@ tq_api *tq_api_start(const tq_api_config *cfg, char *err, size_t errlen) {
                               MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)30,
                               MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(128 * 1024),
                               MHD_OPTION_NOTIFY_COMPLETED, completed_cb, a,
+                              MHD_OPTION_URI_LOG_CALLBACK, uri_cb, a,
                               MHD_OPTION_END);
     freeaddrinfo(ai);
     if (!a->mhd) {

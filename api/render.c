@@ -1,6 +1,10 @@
-/* render.c — the job object of CONTRACT.md as cJSON, RFC 3339 times, steps as CSV. */
+/* render.c — the job object of CONTRACT.md as cJSON, RFC 3339 times, steps as CSV.
+ * Text read from the database (names, states, stored spec and summary JSON, error messages) is
+ * made valid UTF-8 (U+FFFD for bad sequences) before cJSON sees it: a row written by an older
+ * daemon, or by hand with sqlite3, cannot make a listing invalid JSON. */
 #include "internal.h"
 #include "report.h"
+#include "utf8.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -24,20 +28,40 @@ static void add_time(cJSON *o, const char *k, int64_t ms) {
     cJSON_AddStringToObject(o, k, b);
 }
 
+/* stored text as a JSON string (bad sequences as U+FFFD) */
+static void add_text(cJSON *o, const char *k, const char *text) {
+    if (tq_utf8_valid(text)) {
+        cJSON_AddStringToObject(o, k, text ? text : "");
+        return;
+    }
+    char *fixed = tq_utf8_sanitize(text);
+    cJSON_AddStringToObject(o, k, fixed ? fixed : "");
+    free(fixed);
+}
+
+/* stored JSON text as a tree, or null when it does not parse. Bad UTF-8 can only sit inside
+ * its strings (every byte of JSON's syntax is ASCII), so mending the text mends those strings. */
 static cJSON *parse_or_null(const char *text) {
-    cJSON *v = text ? cJSON_Parse(text) : NULL;
+    cJSON *v = NULL;
+    if (text && tq_utf8_valid(text)) {
+        v = cJSON_Parse(text);
+    } else if (text) {
+        char *fixed = tq_utf8_sanitize(text);
+        if (fixed) v = cJSON_Parse(fixed);
+        free(fixed);
+    }
     return v ? v : cJSON_CreateNull();
 }
 
 cJSON *tq_job_json(const tq_job *j) {
     cJSON *o = cJSON_CreateObject();
     cJSON_AddNumberToObject(o, "id", (double)j->id);
-    cJSON_AddStringToObject(o, "name", j->name);
-    cJSON_AddStringToObject(o, "state", j->state);
+    add_text(o, "name", j->name);
+    add_text(o, "state", j->state);
     cJSON *spec = parse_or_null(j->spec);
     cJSON_AddItemToObject(o, "spec", spec);
     cJSON_AddNumberToObject(o, "priority", j->priority);
-    if (j->submission_id[0]) cJSON_AddStringToObject(o, "submission_id", j->submission_id);
+    if (j->submission_id[0]) add_text(o, "submission_id", j->submission_id);
     else cJSON_AddNullToObject(o, "submission_id");
     add_time(o, "created_at", j->created_at);
     add_time(o, "started_at", j->started_at);
@@ -48,7 +72,7 @@ cJSON *tq_job_json(const tq_job *j) {
         cJSON_AddNullToObject(o, "queue_position");
     cJSON_AddNumberToObject(o, "attempts", j->attempts);
     cJSON_AddNumberToObject(o, "max_attempts", j->max_attempts);
-    if (j->device[0]) cJSON_AddStringToObject(o, "device", j->device);
+    if (j->device[0]) add_text(o, "device", j->device);
     else cJSON_AddNullToObject(o, "device");
 
     cJSON *p = cJSON_AddObjectToObject(o, "progress");
@@ -67,8 +91,8 @@ cJSON *tq_job_json(const tq_job *j) {
     cJSON_AddItemToObject(o, "summary", parse_or_null(j->summary));
     if (j->error_code[0]) {
         cJSON *e = cJSON_AddObjectToObject(o, "error");
-        cJSON_AddStringToObject(e, "code", j->error_code);
-        cJSON_AddStringToObject(e, "message", j->error_message ? j->error_message : "");
+        add_text(e, "code", j->error_code);
+        add_text(e, "message", j->error_message ? j->error_message : "");
     } else {
         cJSON_AddNullToObject(o, "error");
     }

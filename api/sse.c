@@ -8,6 +8,7 @@
  * comment line goes out every KEEPALIVE_MS of silence. Every read of one poll is one
  * snapshot, so a final state is never sent before the steps written before it. */
 #include "internal.h"
+#include "utf8.h"
 #include "report.h"
 
 #include <stdio.h>
@@ -51,6 +52,7 @@ static void put(tq_sse *s, const char *t, size_t n) {
 
 /* one event: "event: TYPE\n[id: ID\n]data: JSON\n\n" (cJSON never prints a newline unformatted) */
 static void emit(tq_sse *s, const char *type, const char *id, cJSON *data) {
+    tq_utf8_sanitize_json(data);   /* event data from an older database may hold invalid UTF-8 */
     char *d = cJSON_PrintUnformatted(data);
     cJSON_Delete(data);
     if (!d) return;

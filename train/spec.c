@@ -17,11 +17,18 @@
  * "auto" without effective_batch, and effective_batch with batch_size left at its default,
  * are errors. An auto spec renders "batch_size":"auto" and "effective_batch", plus
  * "accum_steps" once resolved; any other spec renders as before, plus "effective_batch" when
- * it was given. */
+ * it was given.
+ *
+ * Strings are valid UTF-8 without control characters (train/utf8.h), within their byte limits;
+ * integers are numbers whose text is exactly an integer in range (1e-400 is not 0, 1.5 and
+ * 9007199254740993 are not integers); every count and rate has an upper bound (the *_MAX below,
+ * docs/api.md "Job spec ranges"). */
 #include "spec.h"
+#include "utf8.h"
 
 #include <assert.h>
 #include <cjson/cJSON.h>
+#include <float.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdarg.h>
@@ -35,6 +42,16 @@
 #define BATCH_MAX 65536
 #define ACCUM_MAX 1024
 #define EFFECTIVE_BATCH_MAX ((int64_t)BATCH_MAX * ACCUM_MAX)
+/* upper bounds of the counts (docs/api.md, "Job spec ranges") */
+#define STEPS_MAX 10000000           /* steps, warmup_steps, step_size, eval/checkpoint_every */
+#define EPOCHS_MAX 100000
+#define SUBSET_MAX 10000000          /* train_subset, eval_subset */
+#define TIMEOUT_MAX 31536000         /* timeout_s: 365 days */
+#define LR_MAX 10.0
+/* A private bit in a cJSON number's type (cJSON's own use the low 10 bits, and cJSON_IsNumber
+ * masks them): the number's text is not exactly an integer, though its double may be one
+ * ("1.0000000000000001", "9007199254740993"). Set by scan_tree, read by get_int. */
+#define NUM_NOT_INTEGER (1 << 12)
 
 /* ---- names ---------------------------------------------------------------------------- */
 
@@ -123,12 +140,16 @@ void tq_spec_defaults(tq_spec *s) {
 __attribute__((format(printf, 3, 4)))
 #endif
 static int fail(tq_spec_err *e, const char *field, const char *fmt, ...) {
-    int n = snprintf(e->field, sizeof e->field, "%s", field);
-    (void)n;
+    /* both as valid UTF-8 whatever the input was, and never cut inside a character: they end up
+     * in JSON error objects */
+    tq_utf8_sanitize_to(e->field, sizeof e->field, field, strlen(field), 1);
+    char msg[sizeof e->message];
     va_list ap;
     va_start(ap, fmt);
-    n = vsnprintf(e->message, sizeof e->message, fmt, ap);
+    int n = vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
+    if (n < 0) msg[0] = 0;
+    tq_utf8_sanitize_to(e->message, sizeof e->message, msg, strnlen(msg, sizeof msg), 0);
     return TQ_SPEC_BAD;
 }
 
@@ -152,10 +173,12 @@ static const char *describe(const cJSON *v, char *buf, size_t n) {
         fmt_double(buf, n, v->valuedouble);
         return buf;
     }
-    if (cJSON_IsString(v)) {
+    if (cJSON_IsString(v)) {   /* at most 40 bytes of it, as valid UTF-8, controls as \xNN */
         size_t len = strlen(v->valuestring);
-        if (len > 40) snprintf(buf, n, "\"%.40s...\" (%zu bytes)", v->valuestring, len);
-        else snprintf(buf, n, "\"%s\"", v->valuestring);
+        char shown[48];
+        tq_utf8_sanitize_to(shown, sizeof shown, v->valuestring, len > 40 ? 40 : len, 1);
+        if (len > 40) snprintf(buf, n, "\"%s...\" (%zu bytes)", shown, len);
+        else snprintf(buf, n, "\"%s\"", shown);
         return buf;
     }
     return "an invalid value";
@@ -171,18 +194,24 @@ static const char *dotted(char *buf, size_t n, const char *parent, const char *k
 
 static int get_int(tq_spec_err *e, const char *field, const cJSON *v, int64_t lo, int64_t hi,
                    int64_t *out) {
-    char got[96];
-    if (cJSON_IsNumber(v) && isfinite(v->valuedouble) && floor(v->valuedouble) == v->valuedouble &&
+    char buf[96];
+    const char *got;
+    if (cJSON_IsNumber(v) && !(v->type & NUM_NOT_INTEGER) && isfinite(v->valuedouble) &&
+        floor(v->valuedouble) == v->valuedouble &&
         v->valuedouble >= (double)lo && v->valuedouble <= (double)hi) {
         *out = (int64_t)v->valuedouble;
         return TQ_SPEC_OK;
     }
+    if (cJSON_IsNumber(v) && (v->type & NUM_NOT_INTEGER) && isfinite(v->valuedouble) &&
+        floor(v->valuedouble) == v->valuedouble)   /* the double is an integer, the text is not */
+        got = "a number that is not exactly an integer";
+    else
+        got = describe(v, buf, sizeof buf);
     if (hi >= INT_MAX_JSON)
         return fail(e, field, "%s must be an integer >= %" PRId64 "%s (got %s)", field, lo,
-                    cJSON_IsNumber(v) && v->valuedouble > (double)hi ? " and at most 2^53" : "",
-                    describe(v, got, sizeof got));
+                    cJSON_IsNumber(v) && v->valuedouble > (double)hi ? " and at most 2^53" : "", got);
     return fail(e, field, "%s must be an integer in %" PRId64 "..%" PRId64 " (got %s)", field, lo,
-                hi, describe(v, got, sizeof got));
+                hi, got);
 }
 
 static int get_int32(tq_spec_err *e, const char *field, const cJSON *v, int lo, int hi, int *out) {
@@ -245,6 +274,9 @@ static int get_str(tq_spec_err *e, const char *field, const cJSON *v, size_t max
                     maxlen < outsz - 1 ? maxlen : outsz - 1, len);
     if (len == 0 && !allow_empty)
         return fail(e, field, "%s must not be empty", field);
+    char why[96];
+    if (tq_utf8_explain(v->valuestring, len, 0, why, sizeof why))
+        return fail(e, field, "%s %s", field, why);
     memset(out, 0, outsz);   /* no bytes of an earlier value behind the terminator */
     memcpy(out, v->valuestring, len);
     return TQ_SPEC_OK;
@@ -285,12 +317,14 @@ static int check_object(tq_spec_err *e, const char *field, const cJSON *v) {
 }
 
 static int fail_unknown(tq_spec_err *e, const char *parent, const char *key) {
-    char f[64];
-    if (parent) dotted(f, sizeof f, parent, key);
-    else snprintf(f, sizeof f, "%s", key);
+    char f[64], k[72];
+    /* the key as valid UTF-8 (bad bytes as U+FFFD, controls as \xNN), cut on a character */
+    tq_utf8_sanitize_to(k, sizeof k, key, strnlen(key, 64), 1);
+    if (parent) dotted(f, sizeof f, parent, k);
+    else snprintf(f, sizeof f, "%.63s", k);   /* fail() mends a character cut here */
     const char *more = strlen(key) > 64 ? "..." : "";
-    return fail(e, f, "unknown field \"%s%s%.64s%s\"", parent ? parent : "", parent ? "." : "",
-                key, more);
+    return fail(e, f, "unknown field \"%s%s%s%s\"", parent ? parent : "", parent ? "." : "",
+                k, more);
 }
 
 static int fail_duplicate(tq_spec_err *e, const char *parent, const char *key) {
@@ -300,11 +334,129 @@ static int fail_duplicate(tq_spec_err *e, const char *parent, const char *key) {
     return fail(e, f, "field \"%s\" is given more than once", f);
 }
 
+/* ---- what the tree does not show: the text of numbers and strings ------------------------ */
+
+/* cJSON keeps a number as a double and a string as a C string, so "1e-400" would read as 0,
+ * "1.0000000000000001" as the integer 1, and "cnn\u0000x" as "cnn". scan_tree walks the text
+ * beside the parsed tree (the text's strings and numbers come in the tree's depth-first order,
+ * keys before their values) and: makes a number that underflowed to 0 NaN (every getter refuses
+ * a non-finite number: "got a number out of range"), marks NUM_NOT_INTEGER on a number whose
+ * text is not exactly the integer its double holds, and refuses a \u0000 in a key or a string
+ * (naming the field). */
+
+typedef struct { const char *p; } text_scan;
+
+/* The next string ('S') or number ('N') token of the text: [*b, *en), *nul when a string holds
+ * the escape \u0000; 0 at the end. The text is one cJSON accepted. */
+static int next_token(text_scan *sc, const char **b, const char **en, int *nul) {
+    const char *p = sc->p;
+    *nul = 0;
+    for (;; p++) {
+        if (!*p) { sc->p = p; return 0; }
+        if (*p == '"') {
+            *b = p++;
+            while (*p && *p != '"') {
+                if (*p == '\\') {
+                    if (!strncmp(p + 1, "u0000", 5)) *nul = 1;
+                    if (p[1]) p++;   /* the escaped character; \uXXXX's digits are plain */
+                }
+                p++;
+            }
+            if (*p) p++;
+            *en = sc->p = p;
+            return 'S';
+        }
+        if (*p == '-' || (*p >= '0' && *p <= '9')) {
+            *b = p;
+            while (*p && strchr("0123456789+-.eE", *p)) p++;
+            *en = sc->p = p;
+            return 'N';
+        }
+    }
+}
+
+/* The number item c whose text is [b, en). */
+static void check_number(cJSON *c, const char *b, const char *en) {
+    const char *p = b;
+    char sig[72];               /* significant digits, leading zeros dropped */
+    int nsig = 0, nonzero = 0;
+    long long exp10 = 0;        /* value = sig × 10^exp10 (before trailing zeros are dropped) */
+    if (p < en && *p == '-') p++;
+    for (; p < en && *p >= '0' && *p <= '9'; p++) {
+        if (*p != '0') nonzero = 1;
+        if (nonzero && nsig < (int)sizeof sig - 1) sig[nsig++] = *p;
+        else if (nonzero) exp10++;   /* a digit past what sig holds: scale instead (cJSON stops at 63) */
+    }
+    if (p < en && *p == '.')
+        for (p++; p < en && *p >= '0' && *p <= '9'; p++) {
+            if (*p != '0') nonzero = 1;
+            if (nonzero && nsig < (int)sizeof sig - 1) { sig[nsig++] = *p; exp10--; }
+            else if (!nonzero) exp10--;
+        }
+    if (!nonzero) return;   /* 0, -0, 0.000, 0e5: exactly the integer 0 */
+    if (p < en && (*p == 'e' || *p == 'E')) {
+        p++;
+        int neg = 0;
+        if (p < en && (*p == '+' || *p == '-')) neg = *p++ == '-';
+        long long x = 0;
+        for (; p < en && *p >= '0' && *p <= '9'; p++) if (x < 1000000) x = x * 10 + (*p - '0');
+        exp10 += neg ? -x : x;
+    }
+    while (nsig > 0 && sig[nsig - 1] == '0') { nsig--; exp10++; }
+    sig[nsig] = 0;
+    double d = c->valuedouble;
+    if (d == 0) {   /* a non-zero text that underflowed */
+        c->valuedouble = NAN;
+        return;
+    }
+    if (!isfinite(d)) return;
+    if (exp10 < 0) { c->type |= NUM_NOT_INTEGER; return; }
+    long long digits = nsig + exp10;
+    if (digits <= 15 || digits > 40) return;   /* exact in a double; or far out of every range */
+    char want[80], have[80];
+    snprintf(want, sizeof want, "%s%0*d", sig, (int)exp10, 0);
+    if (exp10 == 0) snprintf(want, sizeof want, "%s", sig);
+    snprintf(have, sizeof have, "%.0f", fabs(d));
+    if (strcmp(want, have)) c->type |= NUM_NOT_INTEGER;
+}
+
+/* The members/elements of item (an object or an array at `path`), depth first. */
+static int scan_tree(cJSON *item, const char *path, text_scan *sc, int depth, tq_spec_err *e) {
+    const char *b, *en;
+    int nul;
+    if (depth > 64) return fail(e, path, "%s is nested too deeply", path[0] ? path : "the spec");
+    for (cJSON *c = item->child; c; c = c->next) {
+        char sub[64];
+        const char *cp = path;
+        if (cJSON_IsObject(item)) {
+            if (next_token(sc, &b, &en, &nul) != 'S') goto lost;
+            if (path[0]) dotted(sub, sizeof sub, path, c->string);
+            else snprintf(sub, sizeof sub, "%s", c->string);
+            if (nul) return fail(e, sub, "the field name \"%s\" contains a NUL character (\\u0000)", sub);
+            cp = sub;
+        }
+        if (cJSON_IsString(c)) {
+            if (next_token(sc, &b, &en, &nul) != 'S') goto lost;
+            if (nul) return fail(e, cp, "%s must not contain a NUL character (\\u0000)", cp[0] ? cp : "a string");
+        } else if (cJSON_IsNumber(c)) {
+            if (next_token(sc, &b, &en, &nul) != 'N') goto lost;
+            check_number(c, b, en);
+        } else if (cJSON_IsObject(c) || cJSON_IsArray(c)) {
+            if (scan_tree(c, cp, sc, depth + 1, e)) return TQ_SPEC_BAD;
+        }
+    }
+    return TQ_SPEC_OK;
+lost:
+    return fail(e, "", "internal error: the spec's text and its parsed tree disagree");
+}
+
 /* ---- nested objects ------------------------------------------------------------------- */
 
-static const range R_POS = { 0, INFINITY, 1, 0 };      /* > 0 */
-static const range R_NONNEG = { 0, INFINITY, 0, 0 };   /* >= 0 */
 static const range R_UNIT_HALFOPEN = { 0, 1, 0, 1 };   /* [0, 1) */
+static const range R_LR = { 0, LR_MAX, 1, 0 };         /* (0, 10] */
+static const range R_WEIGHT_DECAY = { 0, 1, 0, 0 };    /* [0, 1] */
+static const range R_EPS = { 0, 1, 1, 0 };             /* (0, 1] */
+static const range R_GAMMA = { 0, 1, 1, 0 };           /* (0, 1] */
 
 static const cJSON *member(const cJSON *obj, const char *key) {
     for (const cJSON *c = obj->child; c; c = c->next)
@@ -337,11 +489,11 @@ static int parse_optimizer(tq_spec *s, const cJSON *o, tq_spec_err *e) {
                                            : "lr, betas, eps, weight_decay");
         int rc = TQ_SPEC_OK;
         if (!strcmp(k, "type")) continue;
-        else if (!strcmp(k, "lr")) rc = get_num(e, f, c, R_POS, &s->optimizer.lr);
-        else if (!strcmp(k, "weight_decay")) rc = get_num(e, f, c, R_NONNEG, &s->optimizer.weight_decay);
+        else if (!strcmp(k, "lr")) rc = get_num(e, f, c, R_LR, &s->optimizer.lr);
+        else if (!strcmp(k, "weight_decay")) rc = get_num(e, f, c, R_WEIGHT_DECAY, &s->optimizer.weight_decay);
         else if (!strcmp(k, "momentum")) rc = get_num(e, f, c, R_UNIT_HALFOPEN, &s->optimizer.momentum);
         else if (!strcmp(k, "nesterov")) { rc = get_bool(e, f, c, &s->optimizer.nesterov); nesterov_given = 1; }
-        else if (!strcmp(k, "eps")) rc = get_num(e, f, c, R_POS, &s->optimizer.eps);
+        else if (!strcmp(k, "eps")) rc = get_num(e, f, c, R_EPS, &s->optimizer.eps);
         else if (!strcmp(k, "betas")) {
             const cJSON *b1 = cJSON_IsArray(c) ? cJSON_GetArrayItem(c, 0) : NULL;
             const cJSON *b2 = cJSON_IsArray(c) ? cJSON_GetArrayItem(c, 1) : NULL;
@@ -401,9 +553,9 @@ static int parse_lr_schedule(tq_spec *s, const cJSON *o, tq_spec_err *e) {
             return fail(e, f, "%s applies only to the \"step\" schedule (this one is \"%s\")", f,
                         sched_names[type]);
         int rc = TQ_SPEC_OK;
-        if (!strcmp(k, "warmup_steps")) rc = get_int(e, f, c, 0, INT_MAX_JSON, &s->lr_schedule.warmup_steps);
-        else if (!strcmp(k, "step_size")) rc = get_int(e, f, c, 1, INT_MAX_JSON, &s->lr_schedule.step_size);
-        else if (!strcmp(k, "gamma")) rc = get_num(e, f, c, R_POS, &s->lr_schedule.gamma);
+        if (!strcmp(k, "warmup_steps")) rc = get_int(e, f, c, 0, STEPS_MAX, &s->lr_schedule.warmup_steps);
+        else if (!strcmp(k, "step_size")) rc = get_int(e, f, c, 1, STEPS_MAX, &s->lr_schedule.step_size);
+        else if (!strcmp(k, "gamma")) rc = get_num(e, f, c, R_GAMMA, &s->lr_schedule.gamma);
         if (rc) return rc;
     }
     return TQ_SPEC_OK;
@@ -417,13 +569,13 @@ static int parse_loss_scale(tq_spec *s, const cJSON *o, tq_spec_err *e) {
         dotted(f, sizeof f, "loss_scale", k);
         int rc;
         if (duplicate_key(o, c)) return fail_duplicate(e, "loss_scale", k);
-        if (!strcmp(k, "init")) rc = get_num(e, f, c, R_POS, &s->loss_scale.init);
+        if (!strcmp(k, "init")) rc = get_num(e, f, c, (range){ 0, FLT_MAX, 1, 0 }, &s->loss_scale.init);
         else if (!strcmp(k, "growth_factor"))
-            rc = get_num(e, f, c, (range){ 1, INFINITY, 1, 0 }, &s->loss_scale.growth_factor);
+            rc = get_num(e, f, c, (range){ 1, 16, 1, 0 }, &s->loss_scale.growth_factor);
         else if (!strcmp(k, "backoff_factor"))
             rc = get_num(e, f, c, (range){ 0, 1, 1, 1 }, &s->loss_scale.backoff_factor);
         else if (!strcmp(k, "growth_interval"))
-            rc = get_int32(e, f, c, 1, 1000000000, &s->loss_scale.growth_interval);
+            rc = get_int32(e, f, c, 1, STEPS_MAX, &s->loss_scale.growth_interval);
         else return fail_unknown(e, "loss_scale", k);
         if (rc) return rc;
     }
@@ -549,8 +701,8 @@ static int parse_member(tq_spec *s, int f, const cJSON *v, tq_spec_err *e) {
         }
         return fail(e, fn, "amp must be false, true, \"off\", \"fp16\" or \"bf16\" (got %s)",
                     describe(v, got, sizeof got));
-    case F_steps: return get_int(e, fn, v, 1, INT_MAX_JSON, &s->steps);
-    case F_epochs: return get_num(e, fn, v, (range){ 0, 1e6, 1, 0 }, &s->epochs);
+    case F_steps: return get_int(e, fn, v, 1, STEPS_MAX, &s->steps);
+    case F_epochs: return get_num(e, fn, v, (range){ 0, EPOCHS_MAX, 1, 0 }, &s->epochs);
     case F_optimizer: return parse_optimizer(s, v, e);
     case F_lr_schedule: return parse_lr_schedule(s, v, e);
     case F_loss_scale: return parse_loss_scale(s, v, e);
@@ -564,12 +716,12 @@ static int parse_member(tq_spec *s, int f, const cJSON *v, tq_spec_err *e) {
     case F_augment: return get_bool(e, fn, v, &s->augment);
     case F_train_subset:
         if (cJSON_IsNull(v)) { s->train_subset = 0; return TQ_SPEC_OK; }
-        return get_int(e, fn, v, 1, INT_MAX_JSON, &s->train_subset);
+        return get_int(e, fn, v, 1, SUBSET_MAX, &s->train_subset);
     case F_eval_subset:
         if (cJSON_IsNull(v)) { s->eval_subset = 0; return TQ_SPEC_OK; }
-        return get_int(e, fn, v, 1, INT_MAX_JSON, &s->eval_subset);
-    case F_eval_every: return get_int(e, fn, v, 0, INT_MAX_JSON, &s->eval_every);
-    case F_checkpoint_every: return get_int(e, fn, v, 1, INT_MAX_JSON, &s->checkpoint_every);
+        return get_int(e, fn, v, 1, SUBSET_MAX, &s->eval_subset);
+    case F_eval_every: return get_int(e, fn, v, 0, STEPS_MAX, &s->eval_every);
+    case F_checkpoint_every: return get_int(e, fn, v, 1, STEPS_MAX, &s->checkpoint_every);
     case F_init_from:
         if (cJSON_IsNull(v)) { memset(s->init_from, 0, sizeof s->init_from); return TQ_SPEC_OK; }
         return get_str(e, fn, v, TQ_PATH_MAX - 1, 0, s->init_from, sizeof s->init_from);
@@ -583,7 +735,7 @@ static int parse_member(tq_spec *s, int f, const cJSON *v, tq_spec_err *e) {
         return get_str(e, fn, v, NAME_MAX_LEN, 0, s->submission_id, sizeof s->submission_id);
     case F_timeout_s:
         if (cJSON_IsNull(v)) { s->timeout_s = 0; return TQ_SPEC_OK; }
-        return get_int(e, fn, v, 1, INT_MAX_JSON / 1000, &s->timeout_s);
+        return get_int(e, fn, v, 1, TIMEOUT_MAX, &s->timeout_s);
     case F_cudnn_benchmark: return get_bool(e, fn, v, &s->cudnn_benchmark);
     case F_recompute: return get_bool(e, fn, v, &s->recompute);
     case F_deterministic: return get_bool(e, fn, v, &s->deterministic);
@@ -704,6 +856,8 @@ int tq_spec_parse(tq_spec *s, const char *json, tq_spec_err *err) {
         rc = fail(e, "", "the spec must be a JSON object (got %s)", describe(root, got, sizeof got));
         goto done;
     }
+    text_scan sc = { json };
+    if ((rc = scan_tree(root, "", &sc, 0, e))) goto done;
     for (const cJSON *c = root->child; c; c = c->next) {
         int f = lookup(root_names, F_COUNT, c->string);
         if (f < 0) { rc = fail_unknown(e, NULL, c->string); goto done; }

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "spec.h"
+#include "utf8.h"
 
 /* ---- helpers -------------------------------------------------------------------------- */
 
@@ -246,8 +247,8 @@ static void test_scalars(void **state) {
     s = parse_ok("{\"steps\":1}");
     assert_int_equal(s.steps, 1);
     assert_true(s.epochs == 0);
-    s = parse_ok("{\"steps\":9007199254740992}");
-    assert_int_equal(s.steps, 9007199254740992LL);
+    s = parse_ok("{\"steps\":10000000}");   /* the upper bound */
+    assert_int_equal(s.steps, 10000000);
     s = parse_ok("{\"epochs\":0.25}");
     assert_true(s.epochs == 0.25);
     assert_int_equal(s.steps, 0);
@@ -631,11 +632,11 @@ static void test_messages(void **state) {
     assert_int_equal(tq_spec_parse(&s, "{\"optimizer\":{\"foo\":1}}", &e), TQ_SPEC_BAD);
     assert_string_equal(e.message, "unknown field \"optimizer.foo\"");
     assert_int_equal(tq_spec_parse(&s, "{\"steps\":0}", &e), TQ_SPEC_BAD);
-    assert_string_equal(e.message, "steps must be an integer >= 1 (got 0)");
+    assert_string_equal(e.message, "steps must be an integer in 1..10000000 (got 0)");
     assert_int_equal(tq_spec_parse(&s, "{\"optimizer\":{\"momentum\":1}}", &e), TQ_SPEC_BAD);
     assert_string_equal(e.message, "optimizer.momentum must be a number in [0, 1) (got 1)");
     assert_int_equal(tq_spec_parse(&s, "{\"optimizer\":{\"lr\":0}}", &e), TQ_SPEC_BAD);
-    assert_string_equal(e.message, "optimizer.lr must be a number > 0 (got 0)");
+    assert_string_equal(e.message, "optimizer.lr must be a number in (0, 10] (got 0)");
     assert_int_equal(tq_spec_parse(&s, "{\"amp\":\"fp32\"}", &e), TQ_SPEC_BAD);
     assert_string_equal(e.message, "amp must be false, true, \"off\", \"fp16\" or \"bf16\" (got \"fp32\")");
     assert_int_equal(tq_spec_parse(&s, "{\"model\":\"vgg\"}", &e), TQ_SPEC_BAD);
@@ -658,6 +659,180 @@ static void test_messages(void **state) {
     assert_non_null(strstr(e.message, "end of the document"));
     assert_int_equal(tq_spec_parse(&s, "", &e), TQ_SPEC_BAD);
     assert_non_null(strstr(e.message, "empty"));
+}
+
+/* ---- strings are UTF-8 without controls; numbers are what their text says ------------------- */
+
+static const bad_case text_cases[] = {
+    /* invalid UTF-8 as raw bytes, in every free-text field */
+    { "{\"name\":\"\xff\xfe\"}", "name" },
+    { "{\"name\":\"ok \xc0\xaf\"}", "name" },                 /* overlong '/' */
+    { "{\"name\":\"\xe0\x80\xaf\"}", "name" },                /* overlong, 3 bytes */
+    { "{\"name\":\"\xed\xa0\x80\"}", "name" },                /* a surrogate, U+D800 */
+    { "{\"name\":\"\xf4\x90\x80\x80\"}", "name" },            /* U+110000 */
+    { "{\"name\":\"\xe2\x82\"}", "name" },                    /* truncated */
+    { "{\"name\":\"\x80\"}", "name" },                        /* a lone continuation byte */
+    { "{\"submission_id\":\"id-\xff\"}", "submission_id" },
+    { "{\"data_dir\":\"/data/\xfe\"}", "data_dir" },
+    { "{\"init_from\":\"/w/\xc3\"}", "init_from" },
+    { "{\"model\":\"cnn\xff\"}", "model" },
+    { "{\"device\":\"cpu\xff\"}", "device" },
+    /* control characters, escaped or raw */
+    { "{\"name\":\"a\\u0001b\"}", "name" }, { "{\"name\":\"a\x01" "b\"}", "name" },
+    { "{\"name\":\"line\\nbreak\"}", "name" }, { "{\"name\":\"tab\\there\"}", "name" },
+    { "{\"name\":\"del\\u007f\"}", "name" }, { "{\"name\":\"c1\\u0085\"}", "name" },
+    { "{\"submission_id\":\"a\\rb\"}", "submission_id" },
+    { "{\"data_dir\":\"/d\\u001b[31m\"}", "data_dir" },
+    /* NUL: cJSON would cut the string there ("cnn\u0000x" would read as "cnn") */
+    { "{\"name\":\"a\\u0000b\"}", "name" }, { "{\"model\":\"cnn\\u0000x\"}", "model" },
+    { "{\"device\":\"cpu\\u0000\"}", "device" }, { "{\"quantize\":\"int8\\u0000\"}", "quantize" },
+    { "{\"optimizer\":{\"type\":\"sgd\\u0000\"}}", "optimizer.type" },
+    { "{\"name\\u0000x\":\"a\"}", "name" },
+    { "{\"batch_size\":\"auto\\u0000\",\"effective_batch\":256}", "batch_size" },
+    /* unknown fields with bad bytes: still named (as valid UTF-8) */
+    { "{\"\xff\":1}", "\xef\xbf\xbd" },
+    { "{\"optimizer\":{\"l\xffr\":1}}", "optimizer.l\xef\xbf\xbdr" },
+};
+
+static const bad_case number_cases[] = {
+    /* underflow: a non-zero number is not 0 */
+    { "{\"steps\":1e-400}", "steps" }, { "{\"eval_every\":1e-400}", "eval_every" },
+    { "{\"seed\":1e-400}", "seed" }, { "{\"priority\":1e-400}", "priority" },
+    { "{\"threads\":-1e-400}", "threads" }, { "{\"optimizer\":{\"lr\":1e-400}}", "optimizer.lr" },
+    { "{\"optimizer\":{\"weight_decay\":1e-400}}", "optimizer.weight_decay" },
+    { "{\"lr_schedule\":{\"warmup_steps\":1e-400}}", "lr_schedule.warmup_steps" },
+    { "{\"optimizer\":{\"type\":\"adamw\",\"betas\":[1e-400,0.9]}}", "optimizer.betas" },
+    { "{\"prune\":{\"amount\":1e-999}}", "prune.amount" },
+    /* not exactly an integer */
+    { "{\"steps\":1.5}", "steps" }, { "{\"batch_size\":1.0000000000000001}", "batch_size" },
+    { "{\"seed\":9007199254740993}", "seed" }, { "{\"seed\":4503599627370495.5}", "seed" },
+    { "{\"eval_every\":0.0000000000000000001}", "eval_every" },
+    /* out of a 32-bit field, and the documented upper bounds */
+    { "{\"steps\":4294967297}", "steps" }, { "{\"batch_size\":4294967297}", "batch_size" },
+    { "{\"priority\":4294967297}", "priority" }, { "{\"threads\":4294967297}", "threads" },
+    { "{\"accum_steps\":4294967297}", "accum_steps" },
+    { "{\"loss_scale\":{\"growth_interval\":4294967297}}", "loss_scale.growth_interval" },
+    { "{\"steps\":10000001}", "steps" }, { "{\"epochs\":100001}", "epochs" },
+    { "{\"steps\":1e300}", "steps" }, { "{\"epochs\":1e300}", "epochs" },
+    { "{\"optimizer\":{\"lr\":1e300}}", "optimizer.lr" }, { "{\"optimizer\":{\"lr\":10.5}}", "optimizer.lr" },
+    { "{\"optimizer\":{\"lr\":1e400}}", "optimizer.lr" },
+    { "{\"optimizer\":{\"weight_decay\":1.5}}", "optimizer.weight_decay" },
+    { "{\"optimizer\":{\"type\":\"adamw\",\"eps\":2}}", "optimizer.eps" },
+    { "{\"lr_schedule\":{\"warmup_steps\":10000001}}", "lr_schedule.warmup_steps" },
+    { "{\"lr_schedule\":{\"type\":\"step\",\"step_size\":10000001}}", "lr_schedule.step_size" },
+    { "{\"lr_schedule\":{\"type\":\"step\",\"gamma\":1.5}}", "lr_schedule.gamma" },
+    { "{\"loss_scale\":{\"init\":1e300}}", "loss_scale.init" },
+    { "{\"loss_scale\":{\"init\":3.5e38}}", "loss_scale.init" },
+    { "{\"loss_scale\":{\"growth_factor\":17}}", "loss_scale.growth_factor" },
+    { "{\"loss_scale\":{\"growth_interval\":10000001}}", "loss_scale.growth_interval" },
+    { "{\"train_subset\":10000001}", "train_subset" }, { "{\"eval_subset\":1e300}", "eval_subset" },
+    { "{\"eval_every\":10000001}", "eval_every" }, { "{\"checkpoint_every\":10000001}", "checkpoint_every" },
+    { "{\"timeout_s\":31536001}", "timeout_s" }, { "{\"max_memory_mb\":1e300}", "max_memory_mb" },
+    { "{\"seed\":9007199254740994}", "seed" },
+    { "{\"dataset\":\"synthetic\",\"synthetic\":{\"train\":1e-400}}", "synthetic.train" },
+};
+
+static void check_bad_cases(const bad_case *cases, size_t n) {
+    int failures = 0;
+    for (size_t i = 0; i < n; i++) {
+        tq_spec s, d;
+        tq_spec_err e;
+        memset(&e, 0x55, sizeof e);
+        if (tq_spec_parse(&s, cases[i].json, &e) != TQ_SPEC_BAD) {
+            print_error("accepted: %s\n", cases[i].json);
+            failures++;
+            continue;
+        }
+        if (strcmp(e.field, cases[i].field)) {
+            print_error("%s: field \"%s\" (wanted \"%s\"): %s\n", cases[i].json, e.field,
+                        cases[i].field, e.message);
+            failures++;
+        }
+        /* what reaches a JSON error object is valid UTF-8 whatever the input held */
+        if (!tq_utf8_valid(e.field) || !tq_utf8_valid(e.message) || !e.message[0]) {
+            print_error("%s: field or message not valid UTF-8 (or empty)\n", cases[i].json);
+            failures++;
+        }
+        tq_spec_defaults(&d);
+        if (memcmp(&s, &d, sizeof s)) {
+            print_error("%s: spec not reset to defaults\n", cases[i].json);
+            failures++;
+        }
+    }
+    assert_int_equal(failures, 0);
+}
+
+static void test_bad_text(void **state) {
+    (void)state;
+    check_bad_cases(text_cases, sizeof text_cases / sizeof text_cases[0]);
+    tq_spec s;
+    tq_spec_err e;
+    assert_int_equal(tq_spec_parse(&s, "{\"name\":\"\xff\xfe\"}", &e), TQ_SPEC_BAD);
+    assert_string_equal(e.message, "name is not valid UTF-8 (byte 0xFF at offset 0)");
+    assert_int_equal(tq_spec_parse(&s, "{\"name\":\"ab\\u0001\"}", &e), TQ_SPEC_BAD);
+    assert_string_equal(e.message, "name contains a control character (U+0001 at offset 2)");
+    assert_int_equal(tq_spec_parse(&s, "{\"model\":\"cnn\\u0000x\"}", &e), TQ_SPEC_BAD);
+    assert_string_equal(e.message, "model must not contain a NUL character (\\u0000)");
+    /* the value shown in a message is valid UTF-8 too, its controls spelled out */
+    assert_int_equal(tq_spec_parse(&s, "{\"model\":\"x\xff\\u0007\"}", &e), TQ_SPEC_BAD);
+    assert_non_null(strstr(e.message, "(got \"x\xef\xbf\xbd\\x07\")"));
+    /* a long unknown key cut inside a character: still valid UTF-8 */
+    char buf[512];
+    snprintf(buf, sizeof buf, "{\"%s\":1}",
+             "\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9"
+             "\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9"
+             "\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9"
+             "\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9");
+    assert_int_equal(tq_spec_parse(&s, buf, &e), TQ_SPEC_BAD);
+    assert_true(tq_utf8_valid(e.field) && tq_utf8_valid(e.message));
+    assert_non_null(strstr(e.message, "unknown field"));
+
+    /* what is fine: any Unicode text, raw or escaped (a surrogate pair is one character) */
+    s = parse_ok("{\"name\":\"caf\xc3\xa9 \xe6\x97\xa5\xe6\x9c\xac \xf0\x9f\x8e\x89 \\u00e9\\ud83c\\udf89\"}");
+    assert_string_equal(s.name, "caf\xc3\xa9 \xe6\x97\xa5\xe6\x9c\xac \xf0\x9f\x8e\x89 \xc3\xa9\xf0\x9f\x8e\x89");
+    s = parse_ok("{\"name\":\"\xf4\x8f\xbf\xbf \xef\xbf\xbd \xc2\xa0\"}");   /* U+10FFFF, U+FFFD, U+00A0 */
+    s = parse_ok("{\"data_dir\":\"/srv/donn\xc3\xa9" "es\",\"submission_id\":\"\xe2\x9c\x93-1\"}");
+    assert_string_equal(s.submission_id, "\xe2\x9c\x93-1");
+    /* an escaped backslash before "u0000" is not a NUL */
+    s = parse_ok("{\"name\":\"a\\\\u0000\"}");
+    assert_string_equal(s.name, "a\\u0000");
+    check_round_trip("{\"name\":\"caf\xc3\xa9 \\ud83c\\udf89\",\"submission_id\":\"\xe6\x97\xa5\"}");
+}
+
+static void test_numbers_exact(void **state) {
+    (void)state;
+    check_bad_cases(number_cases, sizeof number_cases / sizeof number_cases[0]);
+    tq_spec s;
+    tq_spec_err e;
+    assert_int_equal(tq_spec_parse(&s, "{\"eval_every\":1e-400}", &e), TQ_SPEC_BAD);
+    assert_string_equal(e.message, "eval_every must be an integer in 0..10000000 (got a number out of range)");
+    assert_int_equal(tq_spec_parse(&s, "{\"batch_size\":1.0000000000000001}", &e), TQ_SPEC_BAD);
+    assert_string_equal(e.message, "batch_size must be an integer in 1..65536 (got a number that is not "
+                                   "exactly an integer)");
+    assert_int_equal(tq_spec_parse(&s, "{\"steps\":4294967297}", &e), TQ_SPEC_BAD);
+    assert_string_equal(e.message, "steps must be an integer in 1..10000000 (got 4294967297)");
+    assert_int_equal(tq_spec_parse(&s, "{\"optimizer\":{\"lr\":1e300}}", &e), TQ_SPEC_BAD);
+    assert_string_equal(e.message, "optimizer.lr must be a number in (0, 10] (got 1e+300)");
+
+    /* integers written any exact way, and the bounds themselves */
+    s = parse_ok("{\"steps\":1e3,\"eval_every\":-0,\"checkpoint_every\":100e-2}");
+    assert_int_equal(s.steps, 1000);
+    assert_int_equal(s.eval_every, 0);
+    assert_int_equal(s.checkpoint_every, 1);
+    s = parse_ok("{\"batch_size\":64.000,\"accum_steps\":0.2e1,\"seed\":9007199254740992}");
+    assert_int_equal(s.batch_size, 64);
+    assert_int_equal(s.accum_steps, 2);
+    assert_true(s.seed == 9007199254740992ULL);
+    assert_int_equal(tq_spec_parse(&s, "{\"seed\":1234567890123456789e-3}", &e), TQ_SPEC_BAD);
+    s = parse_ok("{\"seed\":123456789012345600e-2,\"timeout_s\":31536000,\"eval_every\":10000000}");
+    assert_true(s.seed == 1234567890123456ULL);
+    assert_int_equal(s.timeout_s, 31536000);
+    s = parse_ok("{\"epochs\":100000,\"optimizer\":{\"lr\":10,\"weight_decay\":1}}");
+    assert_true(s.epochs == 100000 && s.optimizer.lr == 10 && s.optimizer.weight_decay == 1);
+    s = parse_ok("{\"loss_scale\":{\"init\":1e38}}");   /* huge scales force overflows in tests */
+    assert_true(s.loss_scale.init == 1e38);
+    s = parse_ok("{\"optimizer\":{\"weight_decay\":1e-300}}");   /* tiny, but not 0: fine */
+    assert_true(s.optimizer.weight_decay == 1e-300);
 }
 
 /* ---- batch_size "auto" and effective_batch ----------------------------------------------- */
@@ -908,6 +1083,8 @@ int main(void) {
         cmocka_unit_test(test_bad_inputs),
         cmocka_unit_test(test_long_strings),
         cmocka_unit_test(test_messages),
+        cmocka_unit_test(test_bad_text),
+        cmocka_unit_test(test_numbers_exact),
         cmocka_unit_test(test_batch_auto),
         cmocka_unit_test(test_batch_candidates),
         cmocka_unit_test(test_rendering),
