@@ -14,6 +14,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <time.h>
 #include <unistd.h>
 
 #define NO_STORE(c) tq_send_error((c), MHD_HTTP_SERVICE_UNAVAILABLE, "database_unavailable", NULL, \
@@ -47,7 +49,14 @@ static cJSON *job_json(const tq_api *a, const tq_job *j) {
     if (j->threads > 0) cJSON_AddNumberToObject(o, "threads", j->threads);
     else cJSON_AddNullToObject(o, "threads");
     tq_ledger_wait w;
-    if (!strcmp(j->state, "queued") && a->ledger && tq_ledger_wait_of(a->ledger, j->id, &w)) {
+    int waiting = a->ledger && tq_ledger_wait_of(a->ledger, j->id, &w);
+    int finishing = waiting && !strcmp(j->state, "running") && !strcmp(w.reason, "storage");
+    cJSON_AddBoolToObject(o, "finishing", finishing);
+    if (finishing) {   /* it ended; the database has not taken its end yet */
+        cJSON *wf = cJSON_AddObjectToObject(o, "waiting_for");
+        cJSON_AddStringToObject(wf, "reason", "storage");
+        cJSON_AddStringToObject(wf, "message", w.message);
+    } else if (!strcmp(j->state, "queued") && waiting) {
         cJSON *wf = cJSON_AddObjectToObject(o, "waiting_for");
         cJSON_AddStringToObject(wf, "reason", w.reason);
         if (w.device[0]) cJSON_AddStringToObject(wf, "device", w.device);
@@ -488,11 +497,49 @@ enum MHD_Result tq_h_devices(tq_ctx *c) {
     return tq_send_json(c, MHD_HTTP_OK, o);
 }
 
+/* Whether the queue can take a job now: "writable", "read_only" (a read-only filesystem or a
+ * file the daemon may not write), "full" (under HEALTH_MIN_FREE bytes free on its filesystem,
+ * or a write failed for a full disk in the last HEALTH_FULL_MS), "unavailable" (it cannot be
+ * opened). Reads work in every state but the last. */
+#define HEALTH_MIN_FREE (256 * 1024)
+#define HEALTH_FULL_MS 10000
+static const char *database_state(tq_api *a, tq_store *s, long long *free_bytes) {
+    *free_bytes = -1;
+    if (!s) return "unavailable";
+    char dir[1100];
+    snprintf(dir, sizeof dir, "%s", a->db_path);
+    char *slash = strrchr(dir, '/');
+    if (!slash) snprintf(dir, sizeof dir, ".");
+    else if (slash == dir) dir[1] = 0;
+    else *slash = 0;
+    struct statvfs vf;
+    if (statvfs(dir, &vf) == 0) {
+        *free_bytes = (long long)vf.f_bavail * (long long)vf.f_frsize;
+        if (vf.f_flag & ST_RDONLY) return "read_only";
+    }
+    if (access(a->db_path, W_OK) != 0 && errno != ENOENT) return "read_only";
+    if (access(dir, W_OK) != 0) return "read_only";
+    long long last = __atomic_load_n(&a->storage_fault_ms, __ATOMIC_RELAXED);
+    if ((*free_bytes >= 0 && *free_bytes < HEALTH_MIN_FREE) || (last > 0 && (long long)time(NULL) * 1000 - last < HEALTH_FULL_MS))
+        return "full";
+    return "writable";
+}
+
 enum MHD_Result tq_h_health(tq_ctx *c) {
     CHECK_QUERY(c, no_params);
+    long long free_bytes;
+    const char *db = database_state(c->api, tq_api_store(c), &free_bytes);
+    int ok = !strcmp(db, "writable");
     cJSON *o = cJSON_CreateObject();
-    cJSON_AddStringToObject(o, "status", "ok");
-    return tq_send_json(c, MHD_HTTP_OK, o);
+    cJSON_AddStringToObject(o, "status", ok ? "ok" : "degraded");
+    cJSON_AddStringToObject(o, "database", db);
+    cJSON_AddStringToObject(o, "database_path", c->api->db_path);
+    if (free_bytes >= 0) cJSON_AddNumberToObject(o, "free_bytes", (double)free_bytes);
+    if (!ok)
+        cJSON_AddStringToObject(o, "message", !strcmp(db, "full")
+                                ? "the database's filesystem is full: new jobs are refused (507) until space is freed; reads work"
+                                : "the database cannot be written: new jobs are refused (503); reads work");
+    return tq_send_json(c, ok ? MHD_HTTP_OK : MHD_HTTP_SERVICE_UNAVAILABLE, o);
 }
 
 typedef struct { char *p; size_t n, cap; } mbuf;

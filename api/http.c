@@ -19,6 +19,7 @@
 
 #include <arpa/inet.h>
 #include <ctype.h>
+#include <time.h>
 #include <errno.h>
 #include <netdb.h>
 #include <stdarg.h>
@@ -123,9 +124,24 @@ enum MHD_Result tq_send_store_error(tq_ctx *c, tq_store *s, int rc) {
     const char *m = s ? tq_store_errmsg(s) : "the database cannot be opened";
     if (rc == TQ_STORE_ENOJOB) return tq_send_error(c, MHD_HTTP_NOT_FOUND, "not_found", NULL, "no job %lld", (long long)c->id);
     if (rc == TQ_STORE_ECONFLICT) return tq_send_error(c, MHD_HTTP_CONFLICT, "conflict", NULL, "%s", m);
-    if (strstr(m, "locked") || strstr(m, "busy"))
-        return tq_send_error(c, MHD_HTTP_SERVICE_UNAVAILABLE, "database_busy", NULL, "%s", m);
-    return tq_send_error(c, MHD_HTTP_INTERNAL_SERVER_ERROR, "internal", NULL, "%s", m);
+    const char *path = c->api->db_path;
+    switch (s ? tq_store_fault(s) : TQ_STORE_FAULT_READONLY) {
+    case TQ_STORE_FAULT_BUSY:
+        return tq_send_error(c, MHD_HTTP_SERVICE_UNAVAILABLE, "database_busy", NULL,
+                             "the database %s is busy; try again (%s)", path, m);
+    case TQ_STORE_FAULT_FULL:
+        __atomic_store_n(&c->api->storage_fault_ms, (long long)time(NULL) * 1000, __ATOMIC_RELAXED);
+        return tq_send_error(c, MHD_HTTP_INSUFFICIENT_STORAGE, "storage_full", NULL,
+                             "the filesystem of the database %s is full: nothing was written; reads still "
+                             "work, writes resume when space is freed (%s)", path, m);
+    case TQ_STORE_FAULT_READONLY:
+    case TQ_STORE_FAULT_IO:
+        return tq_send_error(c, MHD_HTTP_SERVICE_UNAVAILABLE, "storage_unavailable", NULL,
+                             "the database %s cannot be written: nothing was written; reads still work (%s)",
+                             path, m);
+    default:
+        return tq_send_error(c, MHD_HTTP_INTERNAL_SERVER_ERROR, "internal", NULL, "%s", m);
+    }
 }
 
 /* ---- the thread's store --------------------------------------------------------------- */

@@ -19,6 +19,7 @@ struct tq_api {
     tq_api_gpu *gpus;            /* the probe's GPUs (ngpus of them) */
     int ngpus;
     tq_ledger *ledger;           /* the scheduler's devices and waits (ledger.h) */
+    long long storage_fault_ms;  /* when a write last failed for a full filesystem (ms, 0 never) */
     unsigned short port;
     size_t max_body;
     pthread_key_t store_key;     /* each pool thread's tq_store */

@@ -13,6 +13,9 @@ enum {
     TQ_WORKER_FAILED = 1,      /* the job row says why */
     TQ_WORKER_USAGE = 2,       /* bad command line, or the job is not running */
     TQ_WORKER_CANCELLED = 3,
+    TQ_WORKER_UNRECORDED = 4,  /* the job ended but its row could not be written (a full or
+                                * read-only disk): the outcome went to --report-fd for the
+                                * supervisor to record when the database takes writes again */
     TQ_WORKER_REQUEUE = 75,    /* stopped by SIGTERM after a checkpoint: requeue it (EX_TEMPFAIL) */
 };
 

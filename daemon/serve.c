@@ -360,18 +360,28 @@ static char **worker_env(int shared_cpu) {
     return env;
 }
 
+/* Starts the worker; *report receives the read end of its report pipe (or -1). */
 static pid_t spawn_worker(const char *db, int64_t id, const char *device, int threads, long long mem_limit,
-                          int shared_cpu) {
+                          int shared_cpu, int *report) {
     char idbuf[32], thbuf[32], membuf[32];
     char **env = worker_env(shared_cpu);
+    int pfd[2] = { -1, -1 };
+    *report = -1;
+    if (pipe2(pfd, O_CLOEXEC)) pfd[0] = pfd[1] = -1;
     snprintf(idbuf, sizeof idbuf, "%lld", (long long)id);
     snprintf(thbuf, sizeof thbuf, "%d", threads);
     snprintf(membuf, sizeof membuf, "%lld", mem_limit > 0 ? mem_limit : 0);
     char *args[] = { "trainq", "worker", "--db", (char *)db, "--job", idbuf, "--device", (char *)device,
-                     "--threads", thbuf, "--mem-limit", membuf, NULL };
+                     "--threads", thbuf, "--mem-limit", membuf, pfd[1] >= 0 ? "--report-fd" : NULL, "3", NULL };
     pid_t parent = getpid();
     pid_t pid = fork();
-    if (pid != 0) { free(env); return pid; }   /* the daemon (or -1) */
+    if (pid != 0) {   /* the daemon (or -1) */
+        free(env);
+        if (pfd[1] >= 0) close(pfd[1]);
+        if (pid > 0) *report = pfd[0];
+        else if (pfd[0] >= 0) close(pfd[0]);
+        return pid;
+    }
     /* the child: async-signal-safe calls only until exec */
     struct sigaction dfl;
     memset(&dfl, 0, sizeof dfl);
@@ -384,31 +394,182 @@ static pid_t spawn_worker(const char *db, int64_t id, const char *device, int th
     sigprocmask(SIG_SETMASK, &none, NULL);
     prctl(PR_SET_PDEATHSIG, SIGKILL);   /* a kill -9 of the daemon takes its workers along */
     if (getppid() != parent) _exit(127);
-    closefrom(3);
+    if (pfd[1] >= 0) {   /* the report pipe becomes fd 3 (dup2 clears close-on-exec) */
+        if (pfd[1] == 3) fcntl(3, F_SETFD, 0);
+        else if (dup2(pfd[1], 3) != 3) _exit(127);
+        closefrom(4);
+    } else {
+        closefrom(3);
+    }
     execve("/proc/self/exe", args, env ? env : environ);
     _exit(127);
 }
 
-/* After the worker of `id` ended with wait status ws. */
-static void finalise(tq_store *st, int64_t id, int ws, int stopping) {
+/* ---- the supervisor -------------------------------------------------------------------- */
+
+#define MAX_WORKERS (TQ_LEDGER_MAX_DEVICES * TQ_LEDGER_MAX_JOBS)
+
+typedef struct {
+    pid_t pid;
+    int64_t job;
+    int dev;                 /* index into sup.devs */
+    long long bytes;         /* its planned peak there */
+    int threads;
+    int report;              /* read end of its report pipe (TQ_WORKER_UNRECORDED), -1 none */
+} worker_t;
+
+/* What a worker's end means for its job row, kept until the database takes the write: a full
+ * or read-only disk must not turn a finished job into a ghost (running, no worker). */
+typedef struct {
+    int64_t job;
+    int requeue;             /* 1: back to the queue (an interruption); 0: finish */
+    char state[16], code[32];
+    char *summary, *msg;     /* malloc'd; NULL none */
+    double next_ms, delay_ms;
+    char why[400];           /* the storage problem, for waiting_for */
+} outcome_t;
+
+typedef struct {
+    tq_store *st;
+    const char *db;
+    placement_cfg pc;
+    tq_ledger_dev devs[TQ_LEDGER_MAX_DEVICES];   /* static part: id, budget, max_jobs, cores… */
+    char pci[TQ_LEDGER_MAX_DEVICES][32];
+    int ndev;
+    worker_t w[MAX_WORKERS];
+    int nw;
+    tq_ledger *ledger;
+    int nvml;                /* GPU memory can be re-read */
+    outcome_t *pend;         /* outcomes waiting for the database */
+    int npend, cappend;
+    double reconciled_ms;
+} supervisor;
+
+static void outcome_free(outcome_t *o) { free(o->summary); free(o->msg); }
+
+static int storage_fault(tq_store *st) {
+    tq_store_fault_kind f = tq_store_fault(st);
+    return f == TQ_STORE_FAULT_BUSY || f == TQ_STORE_FAULT_FULL || f == TQ_STORE_FAULT_READONLY ||
+           f == TQ_STORE_FAULT_IO;
+}
+
+/* Writes o; 0 done (or moot: the job is no longer running), -1 the database cannot take it
+ * now (o->why says why; retry). */
+static int outcome_apply(supervisor *s, outcome_t *o) {
+    int rc = o->requeue ? tq_queue_requeue(s->st, o->job)
+                        : tq_queue_finish(s->st, o->job, o->state, o->summary, o->code[0] ? o->code : NULL, o->msg);
+    if (rc == 0) {
+        if (o->requeue) fprintf(stderr, "trainq serve: job %lld: back in the queue\n", (long long)o->job);
+        else fprintf(stderr, "trainq serve: job %lld %s%s%s\n", (long long)o->job, o->state,
+                     o->code[0] ? ": " : "", o->code[0] ? o->msg ? o->msg : o->code : "");
+        return 0;
+    }
+    if (rc == TQ_STORE_ECONFLICT || rc == TQ_STORE_ENOJOB) return 0;   /* cancelled, deleted meanwhile */
+    if (!storage_fault(s->st)) {
+        fprintf(stderr, "trainq serve: job %lld: recording its end: %s\n", (long long)o->job, tq_store_errmsg(s->st));
+        return 0;
+    }
+    snprintf(o->why, sizeof o->why, "the database %.120s cannot take the job's end: %.160s", tq_store_path(s->st),
+             tq_store_errmsg(s->st));
+    return -1;
+}
+
+/* Applies o now, or keeps it for later (the device is free either way). */
+static void outcome_settle(supervisor *s, outcome_t *o) {
+    if (outcome_apply(s, o) == 0) { outcome_free(o); return; }
+    fprintf(stderr, "trainq serve: job %lld: its end cannot be recorded yet (%s); retrying until the database "
+                    "takes writes\n", (long long)o->job, o->why);
+    if (s->npend == s->cappend) {
+        int nc = s->cappend ? s->cappend * 2 : 8;
+        outcome_t *np = realloc(s->pend, (size_t)nc * sizeof *np);
+        if (!np) { outcome_free(o); return; }   /* the restart's recovery requeues it */
+        s->pend = np; s->cappend = nc;
+    }
+    o->delay_ms = 250;
+    o->next_ms = mono_ms() + o->delay_ms;
+    s->pend[s->npend++] = *o;
+}
+
+/* Retries the pending outcomes whose time has come (back-off 250 ms doubling to 5 s); returns
+ * how many were recorded. */
+static int outcomes_retry(supervisor *s) {
+    int done = 0;
+    double now = mono_ms();
+    for (int i = 0; i < s->npend;) {
+        outcome_t *o = &s->pend[i];
+        if (o->next_ms > now) { i++; continue; }
+        if (outcome_apply(s, o) == 0) {
+            outcome_free(o);
+            s->pend[i] = s->pend[--s->npend];
+            done++;
+            continue;
+        }
+        o->delay_ms = o->delay_ms * 2 > 5000 ? 5000 : o->delay_ms * 2;
+        o->next_ms = now + o->delay_ms;
+        i++;
+    }
+    return done;
+}
+
+static int pending_for(const supervisor *s, int64_t job) {
+    for (int i = 0; i < s->npend; i++) if (s->pend[i].job == job) return 1;
+    return 0;
+}
+
+/* The worker's report line, when it sent one (TQ_WORKER_UNRECORDED): its outcome. 1 read. */
+static int read_report(int fd, outcome_t *o) {
+    char buf[65536];
+    size_t len = 0;
+    for (;;) {
+        ssize_t k = read(fd, buf + len, sizeof buf - 1 - len);
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0) break;
+        len += (size_t)k;
+        if (len == sizeof buf - 1) break;
+    }
+    buf[len] = 0;
+    cJSON *r = len ? cJSON_Parse(buf) : NULL;
+    if (!r) return 0;
+    const char *state = cJSON_GetStringValue(cJSON_GetObjectItem(r, "state"));
+    const char *sum = cJSON_GetStringValue(cJSON_GetObjectItem(r, "summary"));
+    const char *code = cJSON_GetStringValue(cJSON_GetObjectItem(r, "error_code"));
+    const char *msg = cJSON_GetStringValue(cJSON_GetObjectItem(r, "error_message"));
+    int ok = state && (!strcmp(state, "succeeded") || !strcmp(state, "failed") || !strcmp(state, "cancelled"));
+    if (ok) {
+        snprintf(o->state, sizeof o->state, "%s", state);
+        snprintf(o->code, sizeof o->code, "%s", code ? code : "");
+        o->summary = sum && sum[0] ? strdup(sum) : NULL;
+        o->msg = msg && msg[0] ? strdup(msg) : NULL;
+    }
+    cJSON_Delete(r);
+    return ok;
+}
+
+/* After the worker of job `id` ended with wait status ws (report: its pipe, -1 none). */
+static void finalise(supervisor *s, int64_t id, int ws, int stopping, int report) {
+    outcome_t o;
+    memset(&o, 0, sizeof o);
+    o.job = id;
+    int code = WIFEXITED(ws) ? WEXITSTATUS(ws) : -1;
+    if (code == TQ_WORKER_UNRECORDED && report >= 0 && read_report(report, &o)) {
+        outcome_settle(s, &o);
+        return;
+    }
     tq_job j;
-    int rc = tq_queue_get(st, id, &j);
+    int rc = tq_queue_get(s->st, id, &j);
     if (rc != 1) {
-        if (rc < 0) fprintf(stderr, "trainq serve: job %lld: %s\n", (long long)id, tq_store_errmsg(st));
-        return;   /* deleted meanwhile, or the database is gone */
+        if (rc < 0) fprintf(stderr, "trainq serve: job %lld: %s\n", (long long)id, tq_store_errmsg(s->st));
+        return;   /* deleted meanwhile, or the database is gone (the reconciliation requeues it) */
     }
     int running = !strcmp(j.state, "running");
     tq_job_free(&j);
-    int code = WIFEXITED(ws) ? WEXITSTATUS(ws) : -1;
     if (!running) {
         fprintf(stderr, "trainq serve: job %lld: worker exited %d\n", (long long)id, code);
         return;
     }
     if (code == TQ_WORKER_REQUEUE || stopping) {
-        if (tq_queue_requeue(st, id))
-            fprintf(stderr, "trainq serve: job %lld: requeue: %s\n", (long long)id, tq_store_errmsg(st));
-        else
-            fprintf(stderr, "trainq serve: job %lld: back in the queue\n", (long long)id);
+        o.requeue = 1;
+        outcome_settle(s, &o);
         return;
     }
     char msg[256];
@@ -422,41 +583,37 @@ static void finalise(tq_store *st, int64_t id, int ws, int stopping) {
     cJSON *e = cJSON_AddObjectToObject(sum, "error");
     cJSON_AddStringToObject(e, "code", "worker_crashed");
     cJSON_AddStringToObject(e, "message", msg);
-    char *s = cJSON_PrintUnformatted(sum);
+    o.summary = cJSON_PrintUnformatted(sum);
     cJSON_Delete(sum);
-    if (tq_queue_finish(st, id, "failed", s, "worker_crashed", msg))
-        fprintf(stderr, "trainq serve: job %lld: %s\n", (long long)id, tq_store_errmsg(st));
-    else
-        fprintf(stderr, "trainq serve: job %lld failed: worker_crashed: %s\n", (long long)id, msg);
-    cJSON_free(s);
+    snprintf(o.state, sizeof o.state, "failed");
+    snprintf(o.code, sizeof o.code, "worker_crashed");
+    o.msg = strdup(msg);
+    outcome_settle(s, &o);
 }
 
-/* ---- serve ---------------------------------------------------------------------------- */
-
-/* ---- the supervisor -------------------------------------------------------------------- */
-
-#define MAX_WORKERS (TQ_LEDGER_MAX_DEVICES * TQ_LEDGER_MAX_JOBS)
-
-typedef struct {
-    pid_t pid;
-    int64_t job;
-    int dev;                 /* index into sup.devs */
-    long long bytes;         /* its planned peak there */
-    int threads;
-} worker_t;
-
-typedef struct {
-    tq_store *st;
-    const char *db;
-    placement_cfg pc;
-    tq_ledger_dev devs[TQ_LEDGER_MAX_DEVICES];   /* static part: id, budget, max_jobs, cores… */
-    char pci[TQ_LEDGER_MAX_DEVICES][32];
-    int ndev;
-    worker_t w[MAX_WORKERS];
-    int nw;
-    tq_ledger *ledger;
-    int nvml;                /* GPU memory can be re-read */
-} supervisor;
+/* A job the database shows running with no worker of ours and no outcome pending (its requeue
+ * or end could not be written, or the write was lost): an interruption, requeued now rather
+ * than at the next restart. Every RECONCILE_MS. */
+#define RECONCILE_MS 3000
+static void reconcile(supervisor *s) {
+    tq_job *jobs;
+    int n;
+    int64_t next;
+    if (tq_queue_list(s->st, "running", 0, 1000, &jobs, &n, &next)) return;
+    for (int i = 0; i < n; i++) {
+        int64_t id = jobs[i].id;
+        int ours = pending_for(s, id);
+        for (int k = 0; k < s->nw && !ours; k++) ours = s->w[k].job == id;
+        if (ours) continue;
+        fprintf(stderr, "trainq serve: job %lld: running without a worker: requeued\n", (long long)id);
+        outcome_t o;
+        memset(&o, 0, sizeof o);
+        o.job = id;
+        o.requeue = 1;
+        outcome_settle(s, &o);
+    }
+    tq_jobs_free(jobs, n);
+}
 
 static void refresh_gpus(supervisor *s) {
     for (int d = 0; d < s->ndev; d++) {
@@ -581,7 +738,9 @@ static int place_round(supervisor *s) {
             /* the allocator's limit: its plan on that device, less the CUDA context (not an
              * allocation) on a GPU; none for a job whose plan is unknown */
             long long limit = known < 0 ? 0 : gpu ? known - TQ_GPU_CONTEXT_BYTES : known;
-            pid_t pid = spawn_worker(s->db, id, dev, gpu ? 0 : o->threads, limit, !gpu && s->devs[o->dev].max_jobs > 1);
+            int report = -1;
+            pid_t pid = spawn_worker(s->db, id, dev, gpu ? 0 : o->threads, limit, !gpu && s->devs[o->dev].max_jobs > 1,
+                                     &report);
             if (pid < 0) {
                 char msg[160];
                 snprintf(msg, sizeof msg, "cannot start the worker: %s", strerror(errno));
@@ -589,7 +748,7 @@ static int place_round(supervisor *s) {
                 tq_queue_finish(s->st, id, "failed", NULL, "worker_crashed", msg);
                 continue;
             }
-            s->w[s->nw++] = (worker_t){ pid, id, o->dev, o->needs, gpu ? 0 : o->threads };
+            s->w[s->nw++] = (worker_t){ pid, id, o->dev, o->needs, gpu ? 0 : o->threads, report };
             started++;
             fprintf(stderr, "trainq serve: job %lld: started worker %d on %s (plans %.1f MiB of %.1f MiB room%s)\n",
                     (long long)id, (int)pid, dev, o->needs / 1048576.0, o->free / 1048576.0,
@@ -619,6 +778,20 @@ static int place_round(supervisor *s) {
         w->free = o->free;
         w->behind = o->behind;
     }
+    /* jobs whose end waits for the database: "running", finishing, and why */
+    if (s->npend > 0) {
+        tq_ledger_wait *more = realloc(waits, (size_t)(nwait + s->npend) * sizeof *more);
+        if (more) {
+            waits = more;
+            for (int i = 0; i < s->npend; i++) {
+                tq_ledger_wait *w = &waits[nwait++];
+                memset(w, 0, sizeof *w);
+                w->id = s->pend[i].job;
+                snprintf(w->reason, sizeof w->reason, "storage");
+                snprintf(w->message, sizeof w->message, "%.299s", s->pend[i].why);
+            }
+        }
+    }
     ledger_view(s, view);
     tq_ledger_publish(s->ledger, view, s->ndev, waits, nwait);
     free(q); free(jobs); free(out); free(waits);
@@ -634,7 +807,8 @@ static int reap(supervisor *s, int stopping) {
         if (r <= 0) break;
         for (int i = 0; i < s->nw; i++) {
             if (s->w[i].pid != r) continue;
-            finalise(s->st, s->w[i].job, ws, stopping);
+            finalise(s, s->w[i].job, ws, stopping, s->w[i].report);
+            if (s->w[i].report >= 0) close(s->w[i].report);
             s->w[i] = s->w[--s->nw];
             n++;
             break;
@@ -816,6 +990,11 @@ int tq_cmd_serve(int argc, char **argv) {
         double now = mono_ms();
         if (wd_every > 0 && now - wd_last >= wd_every) { tq_sd_notify("WATCHDOG=1"); wd_last = now; }
         if (reap(&sup, 0)) dirty = 1;
+        if (sup.npend && outcomes_retry(&sup)) dirty = 1;
+        if (now - sup.reconciled_ms >= RECONCILE_MS) {
+            reconcile(&sup);
+            sup.reconciled_ms = mono_ms();
+        }
         /* a round when something changed, else every 200 ms (new submissions, cancels) */
         if (dirty || now - placed_last >= 200) {
             int r = place_round(&sup);
@@ -854,9 +1033,23 @@ int tq_cmd_serve(int argc, char **argv) {
                 break;   /* ECHILD: none left */
             }
             for (int i = 0; i < sup.nw; i++)
-                if (sup.w[i].pid == r) { finalise(st, sup.w[i].job, ws, 1); sup.w[i] = sup.w[--sup.nw]; break; }
+                if (sup.w[i].pid == r) {
+                    finalise(&sup, sup.w[i].job, ws, 1, sup.w[i].report);
+                    if (sup.w[i].report >= 0) close(sup.w[i].report);
+                    sup.w[i] = sup.w[--sup.nw];
+                    break;
+                }
         }
     }
+    /* ends that could not be recorded yet: a last few tries (the restart's recovery requeues
+     * what is still left 'running', and a job that had finished resumes at its last step) */
+    for (double until = mono_ms() + 10000; sup.npend > 0 && mono_ms() < until; sleep_ms(250)) outcomes_retry(&sup);
+    for (int i = 0; i < sup.npend; i++) {
+        fprintf(stderr, "trainq serve: job %lld: its end is still not recorded (%s): the next start requeues it\n",
+                (long long)sup.pend[i].job, sup.pend[i].why);
+        outcome_free(&sup.pend[i]);
+    }
+    free(sup.pend);
     tq_gpumem_shutdown();
     tq_ledger_free(sup.ledger);
     tq_store_close(st);

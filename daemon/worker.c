@@ -21,6 +21,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <errno.h>
+#include <unistd.h>
 
 #define CANCEL_POLL_MS 200
 
@@ -34,7 +36,19 @@ typedef struct {
     int progress_set;
     double last_poll;
     int cancel;
+    tq_store_fault_kind fault;   /* why recording a step or an evaluation failed */
+    char fault_msg[400];
 } wctx;
+
+/* remembers why the database refused a record, for the job's error (storage_full naming the
+ * database's path rather than a bare "recording the step failed") */
+static void note_fault(wctx *w, const char *what) {
+    if (w->fault) return;
+    w->fault = tq_store_fault(w->db);
+    if (!w->fault) w->fault = TQ_STORE_FAULT_OTHER;
+    snprintf(w->fault_msg, sizeof w->fault_msg, "%s in the database %s failed: %s", what,
+             tq_store_path(w->db), tq_store_errmsg(w->db));
+}
 
 static int w_step(void *ctx, const tq_step_rec *r) {
     wctx *w = ctx;
@@ -50,6 +64,11 @@ static int w_step(void *ctx, const tq_step_rec *r) {
     return 0;
 fail:
     fprintf(stderr, "trainq worker: job %lld: database: %s\n", (long long)w->job, tq_store_errmsg(w->db));
+    {
+        char what[64];
+        snprintf(what, sizeof what, "recording step %lld", (long long)r->step);
+        note_fault(w, what);
+    }
     return -1;
 }
 
@@ -57,6 +76,7 @@ static int w_eval(void *ctx, const tq_eval_rec *r) {
     wctx *w = ctx;
     if (tq_store_add_eval(w->db, w->job, r) || tq_store_flush(w->db)) {
         fprintf(stderr, "trainq worker: job %lld: database: %s\n", (long long)w->job, tq_store_errmsg(w->db));
+        note_fault(w, "recording an evaluation");
         return -1;
     }
     return 0;
@@ -104,21 +124,46 @@ static int finish(tq_store *db, int64_t id, const char *state, const char *summa
     return rc;
 }
 
+/* {"state","summary","error_code","error_message","why"} as one line on fd; 0 sent */
+static int report_outcome(int fd, const tq_summary *sum, const char *summary_json, const char *why) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "state", sum->state);
+    cJSON_AddStringToObject(o, "summary", summary_json ? summary_json : "");
+    cJSON_AddStringToObject(o, "error_code", sum->error_code);
+    cJSON_AddStringToObject(o, "error_message", sum->error_message);
+    cJSON_AddStringToObject(o, "why", why ? why : "");
+    char *t = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    if (!t) return -1;
+    size_t n = strlen(t), off = 0;
+    int rc = 0;
+    while (off < n) {
+        ssize_t k = write(fd, t + off, n - off);
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0) { rc = -1; break; }
+        off += (size_t)k;
+    }
+    if (rc == 0 && write(fd, "\n", 1) != 1) rc = -1;
+    cJSON_free(t);
+    return rc;
+}
+
 int tq_cmd_worker(int argc, char **argv) {
     const char *db_path = NULL, *device = NULL;
-    long long id = 0, threads = 0, mem_limit = 0;
+    long long id = 0, threads = 0, mem_limit = 0, report_fd = -1;
     for (int i = 0; i < argc; i++) {
         if (!strcmp(argv[i], "--db") && i + 1 < argc) db_path = argv[++i];
         else if (!strcmp(argv[i], "--job") && i + 1 < argc) id = atoll(argv[++i]);
         else if (!strcmp(argv[i], "--device") && i + 1 < argc) device = argv[++i];
         else if (!strcmp(argv[i], "--threads") && i + 1 < argc) threads = atoll(argv[++i]);
         else if (!strcmp(argv[i], "--mem-limit") && i + 1 < argc) mem_limit = atoll(argv[++i]);
+        else if (!strcmp(argv[i], "--report-fd") && i + 1 < argc) report_fd = atoll(argv[++i]);
         else { fprintf(stderr, "trainq worker: unexpected argument %s\n", argv[i]); return TQ_WORKER_USAGE; }
     }
     tq_devsel dsel;
     if (!db_path || id <= 0 || (device && (tq_devsel_parse(device, &dsel) || dsel.kind == TQ_DEV_AUTO ||
                                            dsel.kind == TQ_DEV_CUDA_ANY)) || threads < 0 || mem_limit < 0) {
-        fprintf(stderr, "usage: trainq worker --db PATH --job ID [--device cpu|cuda:N] [--threads N] [--mem-limit BYTES]"
+        fprintf(stderr, "usage: trainq worker --db PATH --job ID [--device cpu|cuda:N] [--threads N] [--mem-limit BYTES] [--report-fd FD]"
                         "   (internal: started by trainq serve, which placed the job)\n");
         return TQ_WORKER_USAGE;
     }
@@ -165,7 +210,7 @@ int tq_cmd_worker(int argc, char **argv) {
 
     char out[TQ_PATH_MAX + 64];
     job_dir(db_path, id, out, sizeof out);
-    wctx w = { db, id, sp.checkpoint_every, 0, 0, 0 };
+    wctx w = { db, id, sp.checkpoint_every, 0, 0, 0, TQ_STORE_FAULT_NONE, "" };
     tq_run_opts o = { out, 1, { &w, w_step, w_eval, w_stop, w_checkpoint }, mem_limit };
     fprintf(stderr, "trainq worker: job %lld: training (%s, files in %s)\n", id, tq_model_name(sp.model), out);
     tq_summary sum;
@@ -178,16 +223,29 @@ int tq_cmd_worker(int argc, char **argv) {
         tq_store_close(db);
         return f ? TQ_WORKER_FAILED : TQ_WORKER_REQUEUE;
     }
+    /* a record the database refused: the job's error says so, with the database's path */
+    if (!strcmp(sum.state, "failed") && !strcmp(sum.error_code, "io_error") && w.fault) {
+        snprintf(sum.error_code, sizeof sum.error_code, "%s",
+                 w.fault == TQ_STORE_FAULT_FULL ? "storage_full" : "storage_error");
+        snprintf(sum.error_message, sizeof sum.error_message, "%s", w.fault_msg);
+    }
     cJSON *js = tq_summary_json(&sum);
     char *s = cJSON_PrintUnformatted(js);
     cJSON_Delete(js);
     int frc = finish(db, id, sum.state, s, sum.error_code[0] ? sum.error_code : NULL,
                      sum.error_message[0] ? sum.error_message : NULL);
-    cJSON_free(s);
-    tq_store_close(db);
     fprintf(stderr, "trainq worker: job %lld: %s%s%s\n", id, sum.state, sum.error_code[0] ? ": " : "",
             sum.error_message);
-    if (frc) return 4;   /* not finalised: the supervisor marks it crashed */
+    if (frc) {
+        /* not finalised: hand the outcome to the supervisor, which records it once the
+         * database takes writes again (one JSON line on the report pipe) */
+        int sent = report_fd >= 0 && report_outcome((int)report_fd, &sum, s, tq_store_errmsg(db)) == 0;
+        cJSON_free(s);
+        tq_store_close(db);
+        return sent ? TQ_WORKER_UNRECORDED : TQ_WORKER_FAILED;
+    }
+    cJSON_free(s);
+    tq_store_close(db);
     if (!strcmp(sum.state, "succeeded")) return TQ_WORKER_SUCCEEDED;
     if (!strcmp(sum.state, "cancelled")) return TQ_WORKER_CANCELLED;
     return TQ_WORKER_FAILED;

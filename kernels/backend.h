@@ -30,7 +30,7 @@
 #include "common/tq_common.h"
 
 enum { TQ_OK = 0, TQ_EINVAL = -1, TQ_ENOMEM = -2, TQ_EIO = -3, TQ_EDATA = -4, TQ_EDEVICE = -5,
-       TQ_ECANCEL = -6 };
+       TQ_ECANCEL = -6, TQ_ENOSPC = -7 /* a write found its filesystem full (ENOSPC, EDQUOT) */ };
 
 typedef struct { int n, h, w, c; } tq_shape;        /* NHWC */
 static inline size_t tq_shape_numel(tq_shape s) { return (size_t)s.n * s.h * s.w * s.c; }

@@ -3,6 +3,7 @@
 #include "store.h"
 #include "migrations.h"
 #include "store_internal.h"
+#include <errno.h>
 
 #include <sqlite3.h>
 #include <stdarg.h>
@@ -30,6 +31,7 @@ static int64_t monotonic_ms(void) {
 __attribute__((format(printf, 2, 3)))
 #endif
 static int set_err(tq_store *s, const char *fmt, ...) {
+    s->fault = TQ_STORE_FAULT_OTHER;
     va_list ap;
     va_start(ap, fmt);
     int n = vsnprintf(s->err, sizeof s->err, fmt, ap);
@@ -38,9 +40,24 @@ static int set_err(tq_store *s, const char *fmt, ...) {
     return TQ_STORE_ERR;
 }
 
+/* the kind of the connection's last SQLite error (store.h) */
+static tq_store_fault_kind fault_of(sqlite3 *db) {
+    int code = sqlite3_extended_errcode(db) & 0xff, sys = sqlite3_system_errno(db);
+    if (code == SQLITE_BUSY || code == SQLITE_LOCKED) return TQ_STORE_FAULT_BUSY;
+    if (code == SQLITE_FULL || sys == ENOSPC || sys == EDQUOT) return TQ_STORE_FAULT_FULL;
+    if (code == SQLITE_READONLY || code == SQLITE_PERM || code == SQLITE_CANTOPEN || sys == EROFS ||
+        sys == EACCES || sys == EPERM)
+        return TQ_STORE_FAULT_READONLY;
+    if (code == SQLITE_IOERR || code == SQLITE_CORRUPT || code == SQLITE_NOTADB) return TQ_STORE_FAULT_IO;
+    return TQ_STORE_FAULT_OTHER;
+}
+
 /* "what: sqlite's message" */
 static int sql_err(tq_store *s, const char *what) {
-    return set_err(s, "%s: %s", what, sqlite3_errmsg(s->db));
+    tq_store_fault_kind f = fault_of(s->db);
+    set_err(s, "%s: %s", what, sqlite3_errmsg(s->db));
+    s->fault = f;
+    return TQ_STORE_ERR;
 }
 
 static int commit_hook(void *ctx) {
@@ -234,6 +251,11 @@ int tq_store_set_durable(tq_store *s, int durable) {
 }
 
 const char *tq_store_errmsg(tq_store *s) { return s ? s->err : "no store"; }
+tq_store_fault_kind tq_store_fault(const tq_store *s) { return s && s->err[0] ? s->fault : TQ_STORE_FAULT_NONE; }
+const char *tq_store_path(const tq_store *s) {
+    const char *p = s ? sqlite3_db_filename(s->db, "main") : NULL;
+    return p ? p : "";
+}
 int64_t tq_store_commits(const tq_store *s) { return s->commits; }
 int tq_store_pending(const tq_store *s) { return s->npending; }
 

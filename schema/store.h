@@ -74,6 +74,23 @@ int tq_store_pending(const tq_store *);
 int tq_store_finish_job(tq_store *, int64_t job_id, const char *state, const char *summary_json,
                         const char *error_code, const char *error_message);
 
+/* What kind of failure the last error was, so that callers answer it without matching
+ * messages: a busy database (another writer held it past busy_timeout), a full filesystem
+ * (SQLITE_FULL, ENOSPC, EDQUOT), a database that cannot be written (read-only file or
+ * filesystem, permissions), another I/O error, or anything else (a bad argument, a
+ * constraint). TQ_STORE_FAULT_NONE after a success. */
+typedef enum {
+    TQ_STORE_FAULT_NONE = 0,
+    TQ_STORE_FAULT_BUSY,
+    TQ_STORE_FAULT_FULL,
+    TQ_STORE_FAULT_READONLY,
+    TQ_STORE_FAULT_IO,
+    TQ_STORE_FAULT_OTHER,
+} tq_store_fault_kind;
+tq_store_fault_kind tq_store_fault(const tq_store *);
+/* The database file's path as opened (for messages that name it). */
+const char *tq_store_path(const tq_store *);
+
 /* The last error's message ("" when none). Valid until the next call on the store. */
 const char *tq_store_errmsg(tq_store *);
 /* Write transactions committed on this connection since open (migrations included): what the

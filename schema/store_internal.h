@@ -20,6 +20,7 @@ struct tq_store {
     int npending;
     int64_t last_flush_ms;   /* monotonic */
     int64_t commits;
+    int fault;               /* tq_store_fault of the last error */
     char err[512];
 };
 

@@ -21,6 +21,8 @@
 
 __attribute__((format(printf, 4, 5)))
 static int fail(char *err, size_t errlen, int code, const char *fmt, ...) {
+    int e = errno;   /* the failed call's: a full filesystem is its own code */
+    if (code == TQ_EIO && (e == ENOSPC || e == EDQUOT)) code = TQ_ENOSPC;
     if (err && errlen) {
         va_list ap;
         va_start(ap, fmt);

@@ -40,6 +40,8 @@ static void fail(tq_summary *sum, const char *code, const char *msg) {
     snprintf(sum->error_message, sizeof sum->error_message, "%s", msg);
 }
 
+/* a failed write of the job's files: its filesystem full, or another storage error */
+static const char *storage_code(int rc) { return rc == TQ_ENOSPC ? "storage_full" : "storage_error"; }
 static const char *data_code(int rc) { return rc == TQ_EIO ? "data_not_found" : rc == TQ_ENOMEM ? "out_of_memory" : rc == TQ_EINVAL ? "invalid_spec" : "invalid_data"; }
 
 static int load_data(const tq_spec *sp, tq_dataset *ds, char *code, size_t cl, char *err, size_t el) {
@@ -371,8 +373,10 @@ int tq_train(const tq_spec *sp, const tq_run_opts *o, tq_summary *sum) {
     char ckpt_path[TQ_PATH_MAX + 32] = "", model_path[TQ_PATH_MAX + 32] = "";
     if (o->out_dir) {
         if (mkdir_p(o->out_dir)) {
-            snprintf(err, sizeof err, "cannot create output directory %s: %s", o->out_dir, strerror(errno));
-            fail(sum, "io_error", err); rc = TQ_EIO; goto done;
+            int e = errno;
+            snprintf(err, sizeof err, "cannot create output directory %s: %s", o->out_dir, strerror(e));
+            rc = e == ENOSPC || e == EDQUOT ? TQ_ENOSPC : TQ_EIO;
+            fail(sum, storage_code(rc), err); goto done;
         }
         snprintf(ckpt_path, sizeof ckpt_path, "%s/checkpoint.safetensors", o->out_dir);
         snprintf(model_path, sizeof model_path, "%s/model.safetensors", o->out_dir);
@@ -479,7 +483,7 @@ int tq_train(const tq_spec *sp, const tq_run_opts *o, tq_summary *sum) {
         double elapsed_s = (tq_mono_ms() - t_start) / 1000.0;
         int timed_out = !last && sp->timeout_s > 0 && elapsed_s > (double)sp->timeout_s;
         if (ckpt_path[0] && (last || want_stop || timed_out || (s + 1) % sp->checkpoint_every == 0)) {
-            if ((rc = tq_save_checkpoint(&r.e, ckpt_path, &st, err, sizeof err))) { fail(sum, "io_error", err); goto done; }
+            if ((rc = tq_save_checkpoint(&r.e, ckpt_path, &st, err, sizeof err))) { fail(sum, storage_code(rc), err); goto done; }
             if (o->cb.on_checkpoint) o->cb.on_checkpoint(o->cb.ctx, st.step, ckpt_path);
         }
         if (timed_out) {
@@ -494,7 +498,7 @@ int tq_train(const tq_spec *sp, const tq_run_opts *o, tq_summary *sum) {
     (void)last_eval_step;
     if (!sum->state[0]) snprintf(sum->state, sizeof sum->state, "succeeded");
     if (model_path[0] && !strcmp(sum->state, "succeeded")) {
-        if ((rc = tq_export_model(&r.e, model_path, err, sizeof err))) { fail(sum, "io_error", err); goto done; }
+        if ((rc = tq_export_model(&r.e, model_path, err, sizeof err))) { fail(sum, storage_code(rc), err); goto done; }
     }
     if (!strcmp(sum->state, "succeeded") && ds.test.n > 0) {
         tq_eval_kind kinds[2] = {TQ_EVAL_PRUNED, TQ_EVAL_INT8};

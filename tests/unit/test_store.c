@@ -19,6 +19,7 @@
 
 #include "schema/migrations.h"
 #include "schema/store.h"
+#include "schema/store_internal.h"
 
 /* ---- fixture: a fresh temporary directory per test ----------------------------------- */
 
@@ -518,9 +519,61 @@ static void test_close_flushes(void **state) {
     sqlite3_close(db);
 }
 
+/* The kind of a failure, so that callers answer it without matching messages: a full disk
+ * (simulated with max_page_count), a read-only connection (query_only), a database another
+ * writer holds (busy), a bad argument. White-box: reaches the store's connection. */
+static void test_fault_kinds(void **state) {
+    fx *f = *state;
+    tq_store *s = open_ok(f->path);
+    sqlite3 *db = ((struct tq_store *)s)->db;
+    assert_int_equal(tq_store_fault(s), TQ_STORE_FAULT_NONE);
+    assert_string_equal(tq_store_path(s), f->path);
+    char err[256];
+
+    assert_int_equal(sqlite3_exec(db, "PRAGMA query_only = 1", NULL, NULL, NULL), SQLITE_OK);
+    assert_true(tq_store_insert_job(s, "ro", "{}", 0, NULL, "queued", err, sizeof err) < 0);
+    assert_int_equal(tq_store_fault(s), TQ_STORE_FAULT_READONLY);
+    assert_int_equal(sqlite3_exec(db, "PRAGMA query_only = 0", NULL, NULL, NULL), SQLITE_OK);
+
+    /* full: no page may be added; a job with a large spec needs new pages */
+    int pages = 0;
+    sqlite3_stmt *st;
+    assert_int_equal(sqlite3_prepare_v2(db, "PRAGMA page_count", -1, &st, NULL), SQLITE_OK);
+    assert_int_equal(sqlite3_step(st), SQLITE_ROW);
+    pages = sqlite3_column_int(st, 0);
+    sqlite3_finalize(st);
+    char pragma[64];
+    snprintf(pragma, sizeof pragma, "PRAGMA max_page_count = %d", pages);
+    assert_int_equal(sqlite3_exec(db, pragma, NULL, NULL, NULL), SQLITE_OK);
+    static char big[64 * 1024];
+    memset(big, 'x', sizeof big - 16);
+    memcpy(big, "{\"pad\":\"", 8);
+    strcpy(big + sizeof big - 16, "\"}");
+    assert_true(tq_store_insert_job(s, "full", big, 0, NULL, "queued", err, sizeof err) < 0);
+    assert_int_equal(tq_store_fault(s), TQ_STORE_FAULT_FULL);
+    assert_int_equal(sqlite3_exec(db, "PRAGMA max_page_count = 1073741823", NULL, NULL, NULL), SQLITE_OK);
+    assert_true(tq_store_insert_job(s, "fits", big, 0, NULL, "queued", err, sizeof err) > 0);   /* space is back */
+    assert_int_equal(tq_store_fault(s), TQ_STORE_FAULT_NONE);
+
+    /* busy: another connection holds the write lock past our (shortened) busy_timeout */
+    sqlite3 *other;
+    assert_int_equal(sqlite3_open(f->path, &other), SQLITE_OK);
+    assert_int_equal(sqlite3_exec(other, "BEGIN IMMEDIATE", NULL, NULL, NULL), SQLITE_OK);
+    sqlite3_busy_timeout(db, 20);
+    assert_true(tq_store_insert_job(s, "busy", "{}", 0, NULL, "queued", err, sizeof err) < 0);
+    assert_int_equal(tq_store_fault(s), TQ_STORE_FAULT_BUSY);
+    assert_int_equal(sqlite3_exec(other, "ROLLBACK", NULL, NULL, NULL), SQLITE_OK);
+    sqlite3_close(other);
+
+    assert_true(tq_store_insert_job(s, "bad", "{}", 0, NULL, "exploded", err, sizeof err) < 0);
+    assert_int_equal(tq_store_fault(s), TQ_STORE_FAULT_OTHER);
+    tq_store_close(s);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_fresh_schema, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_fault_kinds, setup, teardown),
         cmocka_unit_test_setup_teardown(test_reopen_is_noop, setup, teardown),
         cmocka_unit_test_setup_teardown(test_newer_schema_refused, setup, teardown),
         cmocka_unit_test_setup_teardown(test_open_failure, setup, teardown),
