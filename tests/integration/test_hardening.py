@@ -308,3 +308,20 @@ def test_huge_content_length_is_json_413(daemon):
     assert r.status == 413, r
     assert daemon.get(b"/healthz").status == 200
     assert listing(daemon) == []
+
+
+# ---------------------------------------------------------------- one source for plan inputs
+def test_the_plan_cache_never_answers_for_another_spec(daemon):
+    """Issue 16: after a recompute:true submission, a recompute:false resnet20 job at batch 64
+    with max_memory_mb 120 was accepted from the cache although it plans ~134 MiB. The cache
+    key is now the whole spec less its labels: any field the planner reads makes another key."""
+    base = {"model": "resnet20", "dataset": "fashion-mnist", "batch_size": 64, "max_memory_mb": 120,
+            "steps": 1}
+    first = daemon.post(b"/v1/jobs", json.dumps(dict(base, recompute=True, priority=-100)).encode())
+    assert first.status == 201, first
+    r = daemon.post(b"/v1/jobs", json.dumps(dict(base, recompute=False)).encode())
+    err = check_error(r, 422, "cannot_fit", "max_memory_mb")
+    assert "over max_memory_mb 120" in err["message"], err
+    # a field that changes no plan (the name, the priority) still reuses it: same answer
+    again = daemon.post(b"/v1/jobs", json.dumps(dict(base, recompute=True, name="other", priority=-99)).encode())
+    assert again.status == 201 and again.json()["planned_peak_bytes"] == first.json()["planned_peak_bytes"]
