@@ -269,9 +269,8 @@ enum MHD_Result tq_h_list(tq_ctx *c) {
     enum MHD_Result ans;
     const char *state = tq_query(c, "state");
     if (state) {
-        int ok = 0;
-        for (int i = 0; i < 5; i++) if (!strcmp(state, tq_queue_states[i])) ok = 1;
-        if (!ok)
+        tq_job_state k;
+        if (tq_state_parse(state, &k))
             return tq_send_error(c, MHD_HTTP_BAD_REQUEST, "invalid_parameter", "state",
                                  "state must be queued, running, succeeded, failed or cancelled, got \"%.64s\"", state);
     }
@@ -563,7 +562,7 @@ enum MHD_Result tq_h_metrics(tq_ctx *c) {
     CHECK_QUERY(c, no_params);
     tq_store *s = tq_api_store(c);
     if (!s) return NO_STORE(c);
-    int64_t counts[5];
+    int64_t counts[TQ_STATE_COUNT];
     if (tq_queue_counts(s, counts)) return tq_send_store_error(c, s, TQ_STORE_ERR);
     tq_job *run;
     int nrun;
@@ -571,13 +570,15 @@ enum MHD_Result tq_h_metrics(tq_ctx *c) {
     if (rrc) return tq_send_store_error(c, s, rrc);
     mbuf b = {0};
     mput(&b, "# HELP trainq_jobs Jobs in the database by state.\n# TYPE trainq_jobs gauge\n");
-    for (int i = 0; i < 5; i++) mput(&b, "trainq_jobs{state=\"%s\"} %lld\n", tq_queue_states[i], (long long)counts[i]);
+    for (int i = 0; i < TQ_STATE_COUNT; i++)
+        mput(&b, "trainq_jobs{state=\"%s\"} %lld\n", tq_state_name((tq_job_state)i), (long long)counts[i]);
     mput(&b, "# HELP trainq_queue_length Jobs waiting to run.\n# TYPE trainq_queue_length gauge\n"
-             "trainq_queue_length %lld\n", (long long)counts[0]);
+             "trainq_queue_length %lld\n", (long long)counts[TQ_STATE_QUEUED]);
     mput(&b, "# HELP trainq_jobs_finished Finished jobs in the database by outcome (deleting a job "
              "removes it).\n# TYPE trainq_jobs_finished gauge\n");
-    for (int i = 2; i < 5; i++)
-        mput(&b, "trainq_jobs_finished{outcome=\"%s\"} %lld\n", tq_queue_states[i], (long long)counts[i]);
+    for (int i = 0; i < TQ_STATE_COUNT; i++)
+        if (tq_state_is_final((tq_job_state)i))
+            mput(&b, "trainq_jobs_finished{outcome=\"%s\"} %lld\n", tq_state_name((tq_job_state)i), (long long)counts[i]);
     mput(&b, "# HELP trainq_running_jobs Jobs running now.\n# TYPE trainq_running_jobs gauge\n"
              "trainq_running_jobs %d\n", nrun);
     mput(&b, "# HELP trainq_running_job The oldest running job's id (0 when none).\n# TYPE trainq_running_job gauge\n"

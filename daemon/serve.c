@@ -36,6 +36,7 @@
 #include "gpumem.h"
 #include "sched.h"
 #include "trainer.h"
+#include "codes.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -581,12 +582,12 @@ static void finalise(supervisor *s, int64_t id, int ws, int stopping, int report
     cJSON *sum = cJSON_CreateObject();
     cJSON_AddStringToObject(sum, "state", "failed");
     cJSON *e = cJSON_AddObjectToObject(sum, "error");
-    cJSON_AddStringToObject(e, "code", "worker_crashed");
+    cJSON_AddStringToObject(e, "code", tq_error_name(TQ_ERR_WORKER_CRASHED));
     cJSON_AddStringToObject(e, "message", msg);
     o.summary = cJSON_PrintUnformatted(sum);
     cJSON_Delete(sum);
     snprintf(o.state, sizeof o.state, "failed");
-    snprintf(o.code, sizeof o.code, "worker_crashed");
+    snprintf(o.code, sizeof o.code, "%s", tq_error_name(TQ_ERR_WORKER_CRASHED));
     o.msg = strdup(msg);
     outcome_settle(s, &o);
 }
@@ -654,7 +655,7 @@ static void ledger_view(const supervisor *s, tq_ledger_dev *out) {
 
 /* "running 3 jobs (cpu: 4,5; cuda:0: 7), 2 queued" or "idle, 0 queued" */
 static void status_text(const supervisor *s, char *out, size_t n) {
-    int64_t c[5];
+    int64_t c[TQ_STATE_COUNT];
     if (tq_queue_counts(s->st, c)) { snprintf(out, n, "database error: %s", tq_store_errmsg(s->st)); return; }
     char buf[1024];
     size_t k = 0;
@@ -674,7 +675,7 @@ static void status_text(const supervisor *s, char *out, size_t n) {
         }
         if (k < sizeof buf) k += (size_t)snprintf(buf + k, sizeof buf - k, ")");
     }
-    snprintf(out, n, "%.400s, %lld queued", buf, (long long)c[0]);
+    snprintf(out, n, "%.400s, %lld queued", buf, (long long)c[TQ_STATE_QUEUED]);
 }
 
 /* One placement round: read the queue, place what fits, start those workers, fail the jobs
@@ -745,7 +746,7 @@ static int place_round(supervisor *s) {
                 char msg[160];
                 snprintf(msg, sizeof msg, "cannot start the worker: %s", strerror(errno));
                 fprintf(stderr, "trainq serve: job %lld: %s\n", (long long)id, msg);
-                tq_queue_finish(s->st, id, "failed", NULL, "worker_crashed", msg);
+                tq_queue_finish(s->st, id, "failed", NULL, tq_error_name(TQ_ERR_WORKER_CRASHED), msg);
                 continue;
             }
             s->w[s->nw++] = (worker_t){ pid, id, o->dev, o->needs, gpu ? 0 : o->threads, report };
@@ -758,7 +759,7 @@ static int place_round(supervisor *s) {
         }
         if (o->wait == TQ_WAIT_NEVER || o->wait == TQ_WAIT_NO_DEVICE) {
             char msg[400];
-            const char *code = o->wait == TQ_WAIT_NEVER ? "cannot_fit" : "device_unavailable";
+            const char *code = tq_error_name(o->wait == TQ_WAIT_NEVER ? TQ_ERR_CANNOT_FIT : TQ_ERR_DEVICE_UNAVAILABLE);
             if (o->wait == TQ_WAIT_NEVER)
                 snprintf(msg, sizeof msg, "its planned peak, %lld bytes (%.1f MiB), is more than the memory budget "
                          "of %s, %lld bytes (%.1f MiB), the largest of the devices it may use", o->needs,

@@ -12,6 +12,7 @@
 #include "report.h"
 #include "spec.h"
 #include "trainer.h"
+#include "codes.h"
 #include "device.h"
 #include "util.h"
 #include "../schema/queue.h"
@@ -197,7 +198,7 @@ int tq_cmd_worker(int argc, char **argv) {
         char msg[400];
         snprintf(msg, sizeof msg, "the stored spec is invalid: %s: %s", se.field, se.message);
         tq_job_free(&job);
-        finish(db, id, "failed", NULL, "invalid_spec", msg);
+        finish(db, id, "failed", NULL, tq_error_name(TQ_ERR_INVALID_SPEC), msg);
         tq_store_close(db);
         return TQ_WORKER_FAILED;
     }
@@ -224,9 +225,9 @@ int tq_cmd_worker(int argc, char **argv) {
         return f ? TQ_WORKER_FAILED : TQ_WORKER_REQUEUE;
     }
     /* a record the database refused: the job's error says so, with the database's path */
-    if (!strcmp(sum.state, "failed") && !strcmp(sum.error_code, "io_error") && w.fault) {
+    if (!strcmp(sum.state, "failed") && !strcmp(sum.error_code, tq_error_name(TQ_ERR_IO_ERROR)) && w.fault) {
         snprintf(sum.error_code, sizeof sum.error_code, "%s",
-                 w.fault == TQ_STORE_FAULT_FULL ? "storage_full" : "storage_error");
+                 tq_error_name(w.fault == TQ_STORE_FAULT_FULL ? TQ_ERR_STORAGE_FULL : TQ_ERR_STORAGE_ERROR));
         snprintf(sum.error_message, sizeof sum.error_message, "%s", w.fault_msg);
     }
     cJSON *js = tq_summary_json(&sum);

@@ -7,7 +7,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-const char *const tq_queue_states[5] = { "queued", "running", "succeeded", "failed", "cancelled" };
 
 /* statement slots of tq__stmt */
 enum {
@@ -416,16 +415,16 @@ int64_t tq_queue_position(tq_store *s, int64_t id) {
     return pos;
 }
 
-int tq_queue_counts(tq_store *s, int64_t counts[5]) {
+int tq_queue_counts(tq_store *s, int64_t counts[TQ_STATE_COUNT]) {
     s->err[0] = 0;
-    memset(counts, 0, 5 * sizeof counts[0]);
+    memset(counts, 0, TQ_STATE_COUNT * sizeof counts[0]);
     sqlite3_stmt *st;
     if (tq__stmt(s, Q_COUNTS, "SELECT state, count(*) FROM jobs GROUP BY state", &st)) return TQ_STORE_ERR;
     int rc;
     while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
         const char *state = (const char *)sqlite3_column_text(st, 0);
-        for (int i = 0; i < 5; i++)
-            if (state && !strcmp(state, tq_queue_states[i])) counts[i] = sqlite3_column_int64(st, 1);
+        tq_job_state k;
+        if (tq_state_parse(state, &k) == 0) counts[k] = sqlite3_column_int64(st, 1);
     }
     sqlite3_reset(st);
     if (rc != SQLITE_DONE) return tq__sql_err(s, "counting jobs");

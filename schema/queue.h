@@ -26,6 +26,7 @@
 #define TQ_QUEUE_H
 #include <stdint.h>
 #include "store.h"
+#include "codes.h"
 
 enum { TQ_STORE_ECONFLICT = -4 };
 
@@ -101,9 +102,8 @@ int tq_queue_list(tq_store *, const char *state, int64_t before, int limit, tq_j
                   int *n, int64_t *next);
 /* 1-based position of a queued job (0 when not queued). */
 int64_t tq_queue_position(tq_store *, int64_t id);
-/* Jobs by state: counts[0..4] for queued, running, succeeded, failed, cancelled. */
-int tq_queue_counts(tq_store *, int64_t counts[5]);
-extern const char *const tq_queue_states[5];
+/* Jobs by state: counts[s] for each tq_job_state s (train/codes.h). */
+int tq_queue_counts(tq_store *, int64_t counts[TQ_STATE_COUNT]);
 
 /* Step records with step > after, ascending, at most limit. TQ_STORE_ENOJOB unknown job. */
 int tq_queue_steps(tq_store *, int64_t id, int64_t after, int limit, tq_step_rec **out, int *n);

@@ -3,6 +3,7 @@
 #include "store.h"
 #include "migrations.h"
 #include "store_internal.h"
+#include "codes.h"
 #include <errno.h>
 
 #include <sqlite3.h>
@@ -262,10 +263,8 @@ int tq_store_pending(const tq_store *s) { return s->npending; }
 /* ---- jobs ----------------------------------------------------------------------------- */
 
 static int valid_state(const char *st) {
-    static const char *const states[] = { "queued", "running", "succeeded", "failed", "cancelled" };
-    for (size_t i = 0; st && i < sizeof states / sizeof states[0]; i++)
-        if (!strcmp(st, states[i])) return 1;
-    return 0;
+    tq_job_state k;
+    return tq_state_parse(st, &k) == 0;
 }
 
 int64_t tq_store_insert_job(tq_store *s, const char *name, const char *spec_json, int priority,

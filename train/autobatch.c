@@ -8,6 +8,7 @@
  * workspace grow with it, the rest is constant). That is at most 2 + ceil(log2(#candidates))
  * plans — 5 for an effective batch of 256, about 12 for the most composite N allowed. */
 #include "autobatch.h"
+#include "codes.h"
 #include "backend.h"
 #include <stdio.h>
 #include <stdlib.h>
@@ -56,7 +57,7 @@ int tq_autobatch_pick(const tq_spec *sp, long long cap_bytes, long long extra_by
     if (!tq_spec_batch_unresolved(sp)) {   /* explicit or already resolved: check it */
         if ((rc = plan_at(&p, 0, &t, &r, &need))) return rc;
         if (!fits(need, cap_bytes)) {
-            snprintf(code, codelen, "cannot_fit");
+            snprintf(code, codelen, "%s", tq_error_name(TQ_ERR_CANNOT_FIT));
             snprintf(err, errlen, "batch_size %d x accum_steps %d plans %lld bytes (%.1f MiB%s), over the "
                      "cap of %lld bytes (%.1f MiB, %s)", sp->batch_size, sp->accum_steps, need, MIB(need),
                      extra, cap_bytes, MIB(cap_bytes), what);
@@ -70,14 +71,14 @@ int tq_autobatch_pick(const tq_spec *sp, long long cap_bytes, long long extra_by
 
     int n = tq_spec_batch_candidates(sp->effective_batch, NULL, 0);
     if (n == 0) {
-        snprintf(code, codelen, "invalid_spec");
+        snprintf(code, codelen, "%s", tq_error_name(TQ_ERR_INVALID_SPEC));
         snprintf(err, errlen, "effective_batch %lld has no divisor that makes a micro-batch of at most "
                  "65536 with accum_steps at most 1024", (long long)sp->effective_batch);
         return TQ_EINVAL;
     }
     int *cand = malloc(sizeof *cand * (size_t)n);
     if (!cand) {
-        snprintf(code, codelen, "out_of_memory");
+        snprintf(code, codelen, "%s", tq_error_name(TQ_ERR_OUT_OF_MEMORY));
         snprintf(err, errlen, "out of memory listing the micro-batch candidates");
         return TQ_ENOMEM;
     }
@@ -93,7 +94,7 @@ int tq_autobatch_pick(const tq_spec *sp, long long cap_bytes, long long extra_by
     }
     if ((rc = plan_at(&p, cand[0], &t, &r, &need))) goto out;
     if (!fits(need, cap_bytes)) {
-        snprintf(code, codelen, "cannot_fit");
+        snprintf(code, codelen, "%s", tq_error_name(TQ_ERR_CANNOT_FIT));
         snprintf(err, errlen, "even a micro-batch of %d plans %lld bytes (%.1f MiB%s), over the cap of "
                  "%lld bytes (%.1f MiB, %s)", cand[0], need, MIB(need), extra, cap_bytes,
                  MIB(cap_bytes), what);

@@ -1,5 +1,6 @@
 /* trainer.c — the training loop (see trainer.h). */
 #include "trainer.h"
+#include "codes.h"
 #include "checkpoint.h"
 #include "dataset.h"
 #include "device.h"
@@ -34,15 +35,25 @@ double tq_lr_at(const tq_spec *sp, int64_t s, int64_t total) {
     return base;
 }
 
-static void fail(tq_summary *sum, const char *code, const char *msg) {
-    snprintf(sum->state, sizeof sum->state, "failed");
-    snprintf(sum->error_code, sizeof sum->error_code, "%s", code);
+/* a code that came back from a helper by name (load_data, open_backend: tq_error_name's) */
+static void fail_as(tq_summary *sum, const char *code, const char *msg) {
+    tq_error_code c;
+    snprintf(sum->state, sizeof sum->state, "%s", tq_state_name(TQ_STATE_FAILED));
+    snprintf(sum->error_code, sizeof sum->error_code, "%s", tq_error_parse(code, &c) == 0 ? tq_error_name(c) : code);
+    snprintf(sum->error_message, sizeof sum->error_message, "%s", msg);
+}
+static void fail(tq_summary *sum, tq_error_code code, const char *msg) {
+    snprintf(sum->state, sizeof sum->state, "%s", tq_state_name(TQ_STATE_FAILED));
+    snprintf(sum->error_code, sizeof sum->error_code, "%s", tq_error_name(code));
     snprintf(sum->error_message, sizeof sum->error_message, "%s", msg);
 }
 
 /* a failed write of the job's files: its filesystem full, or another storage error */
-static const char *storage_code(int rc) { return rc == TQ_ENOSPC ? "storage_full" : "storage_error"; }
-static const char *data_code(int rc) { return rc == TQ_EIO ? "data_not_found" : rc == TQ_ENOMEM ? "out_of_memory" : rc == TQ_EINVAL ? "invalid_spec" : "invalid_data"; }
+static tq_error_code storage_code(int rc) { return rc == TQ_ENOSPC ? TQ_ERR_STORAGE_FULL : TQ_ERR_STORAGE_ERROR; }
+static const char *data_code(int rc) {
+    return tq_error_name(rc == TQ_EIO ? TQ_ERR_DATA_NOT_FOUND : rc == TQ_ENOMEM ? TQ_ERR_OUT_OF_MEMORY
+                         : rc == TQ_EINVAL ? TQ_ERR_INVALID_SPEC : TQ_ERR_INVALID_DATA);
+}
 
 static int load_data(const tq_spec *sp, tq_dataset *ds, char *code, size_t cl, char *err, size_t el) {
     tq_synth_opts so = {sp->synthetic.train, sp->synthetic.test, sp->synthetic.h, sp->synthetic.w, sp->synthetic.c};
@@ -78,7 +89,7 @@ int tq_plan_spec(const tq_spec *sp, tq_plan_report *rep, char *code, size_t cl, 
     tq_backend *be = tq_cpu_backend_new(sp->threads);
     tq_graph *g = build(sp, &ds, be, err, el);
     int rc = TQ_OK;
-    if (!g) { snprintf(code, cl, "invalid_spec"); rc = TQ_EINVAL; }
+    if (!g) { snprintf(code, cl, "%s", tq_error_name(TQ_ERR_INVALID_SPEC)); rc = TQ_EINVAL; }
     else {
         tq_engine_plan(g, sp->optimizer.type, momentum_buf(sp), data_bytes(&ds), &rep->plan);
         snprintf(rep->model, sizeof rep->model, "%s", tq_model_name(sp->model));
@@ -264,7 +275,7 @@ static int open_backend(const tq_spec *sp, tq_backend **out, char *dev, size_t d
     *out = NULL;
     tq_devsel want;
     if (tq_devsel_parse(sp->device, &want)) {
-        snprintf(code, cl, "invalid_spec");
+        snprintf(code, cl, "%s", tq_error_name(TQ_ERR_INVALID_SPEC));
         snprintf(err, el, "device \"%.32s\" is not auto, cpu, cuda or cuda:N", sp->device);
         return TQ_EINVAL;
     }
@@ -277,14 +288,14 @@ static int open_backend(const tq_spec *sp, tq_backend **out, char *dev, size_t d
             return 0;
         }
         if (want.kind != TQ_DEV_AUTO) {
-            snprintf(code, cl, "device_unavailable");
+            snprintf(code, cl, "%s", tq_error_name(TQ_ERR_DEVICE_UNAVAILABLE));
             snprintf(err, el, "device \"%s\" requested, but %s; use \"device\": \"auto\" or \"cpu\"", sp->device, why);
             return TQ_EDEVICE;
         }
         if (tq_cuda_built()) fprintf(stderr, "trainq: device auto: training on the CPU: %s\n", why);
     }
     *out = tq_cpu_backend_new(sp->threads);
-    if (!*out) { snprintf(code, cl, "out_of_memory"); snprintf(err, el, "cannot create the CPU backend"); return TQ_ENOMEM; }
+    if (!*out) { snprintf(code, cl, "%s", tq_error_name(TQ_ERR_OUT_OF_MEMORY)); snprintf(err, el, "cannot create the CPU backend"); return TQ_ENOMEM; }
     snprintf(dev, dl, "cpu");
     return 0;
 }
@@ -307,13 +318,13 @@ int tq_train(const tq_spec *sp, const tq_run_opts *o, tq_summary *sum) {
     int rc = 0;
 
     if (tq_spec_batch_unresolved(sp)) {   /* autobatch.h resolves it first: never train batch 0 */
-        fail(sum, "invalid_spec", "batch_size \"auto\" was not resolved to a micro-batch before training");
+        fail(sum, TQ_ERR_INVALID_SPEC, "batch_size \"auto\" was not resolved to a micro-batch before training");
         return TQ_EINVAL;
     }
-    if (load_data(sp, &ds, code, sizeof code, err, sizeof err)) { fail(sum, code, err); return TQ_EDATA; }
+    if (load_data(sp, &ds, code, sizeof code, err, sizeof err)) { fail_as(sum, code, err); return TQ_EDATA; }
     r.sp = sp; r.ds = &ds;
     if (open_backend(sp, &r.be, sum->device, sizeof sum->device, code, sizeof code, err, sizeof err)) {
-        fail(sum, code, err); tq_dataset_free(&ds); return TQ_EDEVICE;
+        fail_as(sum, code, err); tq_dataset_free(&ds); return TQ_EDEVICE;
     }
     int b = sp->batch_size, accum = sp->accum_steps;
     int64_t N = ds.train.n;
@@ -321,27 +332,27 @@ int tq_train(const tq_spec *sp, const tq_run_opts *o, tq_summary *sum) {
     if (spe < 1) {
         snprintf(err, sizeof err, "the training set has %lld samples, fewer than one optimizer step needs (batch_size %d x accum_steps %d)",
                  (long long)N, b, accum);
-        fail(sum, "invalid_spec", err); rc = TQ_EINVAL; goto done;
+        fail(sum, TQ_ERR_INVALID_SPEC, err); rc = TQ_EINVAL; goto done;
     }
     int64_t total = sp->steps ? sp->steps : (int64_t)llround(sp->epochs * (double)spe);
     if (total < 1) total = 1;
 
     g = build(sp, &ds, r.be, err, sizeof err);
-    if (!g) { fail(sum, "invalid_spec", err); rc = TQ_EINVAL; goto done; }
+    if (!g) { fail(sum, TQ_ERR_INVALID_SPEC, err); rc = TQ_EINVAL; goto done; }
     tq_plan plan;
     tq_engine_plan(g, sp->optimizer.type, momentum_buf(sp), data_bytes(&ds), &plan);
     sum->predicted_peak_bytes = (int64_t)plan.total;
     if (sp->max_memory_mb > 0 && plan.total + plan.data > (size_t)sp->max_memory_mb << 20) {
         snprintf(err, sizeof err, "the job needs %zu bytes (%.1f MiB: %zu for training + %zu for the dataset), over max_memory_mb %lld",
                  plan.total + plan.data, (plan.total + plan.data) / 1048576.0, plan.total, plan.data, (long long)sp->max_memory_mb);
-        fail(sum, "memory_limit", err); rc = TQ_ENOMEM; goto done;
+        fail(sum, TQ_ERR_MEMORY_LIMIT, err); rc = TQ_ENOMEM; goto done;
     }
     if (o->mem_limit > 0) {
         if (plan.total + plan.data > (size_t)o->mem_limit) {
             snprintf(err, sizeof err, "the job's plan on %s is %zu bytes (%.1f MiB with this device's workspaces), over "
                      "the %lld bytes (%.1f MiB) placed for it", sum->device, plan.total + plan.data,
                      (plan.total + plan.data) / 1048576.0, o->mem_limit, o->mem_limit / 1048576.0);
-            fail(sum, "out_of_memory", err); rc = TQ_ENOMEM; goto done;
+            fail(sum, TQ_ERR_OUT_OF_MEMORY, err); rc = TQ_ENOMEM; goto done;
         }
         r.be->bytes_limit = (size_t)o->mem_limit;
     }
@@ -351,13 +362,13 @@ int tq_train(const tq_spec *sp, const tq_run_opts *o, tq_summary *sum) {
         snprintf(err, sizeof err, "the job needs %zu bytes (%.1f MiB: %zu for training + %zu for the dataset) but %s has %zu bytes (%.1f MiB) free of %zu",
                  plan.total + plan.data, (plan.total + plan.data) / 1048576.0, plan.total, plan.data, sum->device,
                  dev_free, dev_free / 1048576.0, dev_total);
-        fail(sum, "out_of_memory", err); rc = TQ_ENOMEM; goto done;
+        fail(sum, TQ_ERR_OUT_OF_MEMORY, err); rc = TQ_ENOMEM; goto done;
     }
     if ((rc = tq_engine_new(&r.e, r.be, g, sp->optimizer.type, momentum_buf(sp), err, sizeof err))) {
-        fail(sum, "out_of_memory", err); goto done;
+        fail(sum, TQ_ERR_OUT_OF_MEMORY, err); goto done;
     }
     if (upload_split(&r, &ds.train, &r.train_img, &r.train_lab) || upload_split(&r, &ds.test, &r.test_img, &r.test_lab)) {
-        fail(sum, "out_of_memory", "out of memory uploading the dataset"); rc = TQ_ENOMEM; goto done;
+        fail(sum, TQ_ERR_OUT_OF_MEMORY, "out of memory uploading the dataset"); rc = TQ_ENOMEM; goto done;
     }
     for (int c = 0; c < 3; c++) { r.mean[c] = ds.mean[c]; r.inv_std[c] = 1.0f / ds.std[c]; }
     r.idx_host = malloc(sizeof(int32_t) * b);
@@ -366,7 +377,7 @@ int tq_train(const tq_spec *sp, const tq_run_opts *o, tq_summary *sum) {
     r.perm_epoch = -1;
     step_ms = malloc(sizeof(double) * total);
     sps = malloc(sizeof(double) * total);
-    if (!r.idx_host || !r.aug_host || !r.perm || !step_ms || !sps) { fail(sum, "out_of_memory", "out of host memory"); rc = TQ_ENOMEM; goto done; }
+    if (!r.idx_host || !r.aug_host || !r.perm || !step_ms || !sps) { fail(sum, TQ_ERR_OUT_OF_MEMORY, "out of host memory"); rc = TQ_ENOMEM; goto done; }
 
     /* weights: checkpoint (resume) > init_from > fresh */
     tq_ckpt_state st = {0, 0, sp->amp == TQ_AMP_FP16 ? sp->loss_scale.init : -1, 0, 0};
@@ -388,12 +399,12 @@ int tq_train(const tq_spec *sp, const tq_run_opts *o, tq_summary *sum) {
          * be one this job's scaler can reach (checkpoint.h) */
         tq_ckpt_limits lim = {total, sp->amp == TQ_AMP_FP16 ? sp->loss_scale.growth_interval : 0};
         if ((rc = tq_load_checkpoint(&r.e, ckpt_path, &lim, &st, err, sizeof err))) {
-            fail(sum, rc == TQ_ENOMEM ? "out_of_memory" : "invalid_checkpoint", err); goto done;
+            fail(sum, rc == TQ_ENOMEM ? TQ_ERR_OUT_OF_MEMORY : TQ_ERR_INVALID_CHECKPOINT, err); goto done;
         }
     } else if (sp->init_from[0]) {
-        if ((rc = tq_load_model(&r.e, sp->init_from, err, sizeof err))) { fail(sum, "invalid_init_from", err); goto done; }
+        if ((rc = tq_load_model(&r.e, sp->init_from, err, sizeof err))) { fail(sum, TQ_ERR_INVALID_INIT_FROM, err); goto done; }
     } else if ((rc = tq_engine_init_weights(&r.e, sp->seed))) {
-        fail(sum, "out_of_memory", "out of memory initialising weights"); goto done;
+        fail(sum, TQ_ERR_OUT_OF_MEMORY, "out of memory initialising weights"); goto done;
     }
 
     tq_backend *be = r.be;
@@ -422,13 +433,13 @@ int tq_train(const tq_spec *sp, const tq_run_opts *o, tq_summary *sum) {
             if (r.e.extent_peak > extent) extent = r.e.extent_peak;
         }
         if (!rc && fp16) rc = I->unscale_check(be, g->nparam_elems, r.e.grads, (float)(1.0 / scale), r.e.scalars + 2);
-        if (rc) { fail(sum, "backend_error", be->err); goto done; }
+        if (rc) { fail(sum, TQ_ERR_BACKEND_ERROR, be->err); goto done; }
         /* the optimizer reads the overflow flag where it lives and skips itself (the low-precision
          * weight copy is then refreshed from unchanged weights): nothing waits for the host */
         double lr = tq_lr_at(sp, s, total);
         double used_scale = scale;
         if ((rc = optimizer_step(&r, lr, st.opt_t + 1, fp16 ? r.e.scalars + 2 : NULL)) ||
-            (rc = tq_engine_refresh_wlow(&r.e))) { fail(sum, "backend_error", be->err); goto done; }
+            (rc = tq_engine_refresh_wlow(&r.e))) { fail(sum, TQ_ERR_BACKEND_ERROR, be->err); goto done; }
         float sc[3];
         I->to_host(be, sc, r.e.scalars, sizeof sc);     /* the one sync of the step: loss, hits, overflow */
         int found_inf = fp16 && sc[2] != 0.0f;
@@ -467,17 +478,17 @@ int tq_train(const tq_spec *sp, const tq_run_opts *o, tq_summary *sum) {
         step_ms[nsteps_here] = ms; sps[nsteps_here] = rec.samples_per_s; nsteps_here++;
         st.step = s + 1;
         st.loss_scale = scale; st.growth_tracker = tracker;
-        if (o->cb.on_step && (rc = o->cb.on_step(o->cb.ctx, &rec))) { fail(sum, "io_error", "recording the step failed"); goto done; }
+        if (o->cb.on_step && (rc = o->cb.on_step(o->cb.ctx, &rec))) { fail(sum, TQ_ERR_IO_ERROR, "recording the step failed"); goto done; }
 
         int epoch_end = (s + 1) % spe == 0;
         int last = s + 1 == total;
         int due_eval = sp->eval_every ? ((s + 1) % sp->eval_every == 0 || last) : (epoch_end || last);
         if (due_eval && ds.test.n > 0) {
             tq_eval_rec ev;
-            if ((rc = evaluate(&r, s + 1, (int)epoch + 1, TQ_EVAL_EVAL, &ev))) { fail(sum, "backend_error", be->err); goto done; }
+            if ((rc = evaluate(&r, s + 1, (int)epoch + 1, TQ_EVAL_EVAL, &ev))) { fail(sum, TQ_ERR_BACKEND_ERROR, be->err); goto done; }
             sum->val_loss = ev.loss; sum->val_accuracy = ev.accuracy;
             last_eval_step = (int)(s + 1);
-            if (o->cb.on_eval && (rc = o->cb.on_eval(o->cb.ctx, &ev))) { fail(sum, "io_error", "recording the evaluation failed"); goto done; }
+            if (o->cb.on_eval && (rc = o->cb.on_eval(o->cb.ctx, &ev))) { fail(sum, TQ_ERR_IO_ERROR, "recording the evaluation failed"); goto done; }
         }
         int want_stop = !last && o->cb.should_stop ? o->cb.should_stop(o->cb.ctx) : 0;
         double elapsed_s = (tq_mono_ms() - t_start) / 1000.0;
@@ -489,7 +500,7 @@ int tq_train(const tq_spec *sp, const tq_run_opts *o, tq_summary *sum) {
         if (timed_out) {
             snprintf(err, sizeof err, "the job ran past timeout_s %lld after %lld of %lld steps",
                      (long long)sp->timeout_s, (long long)(s + 1), (long long)total);
-            fail(sum, "timeout", err); rc = TQ_ECANCEL; stop = 1;
+            fail(sum, TQ_ERR_TIMEOUT, err); rc = TQ_ECANCEL; stop = 1;
         } else if (want_stop) {
             snprintf(sum->state, sizeof sum->state, want_stop == 2 ? "interrupted" : "cancelled");
             stop = 1;
@@ -507,10 +518,10 @@ int tq_train(const tq_spec *sp, const tq_run_opts *o, tq_summary *sum) {
             if (!want[k]) continue;
             tq_eval_rec ev;
             if ((rc = posttrain(&r, st.step, (int)((st.step - 1) / spe) + 1, kinds[k], &ev))) {
-                fail(sum, rc == TQ_ENOMEM ? "out_of_memory" : "backend_error", rc == TQ_ENOMEM ? "out of host memory" : be->err);
+                fail(sum, rc == TQ_ENOMEM ? TQ_ERR_OUT_OF_MEMORY : TQ_ERR_BACKEND_ERROR, rc == TQ_ENOMEM ? "out of host memory" : be->err);
                 goto done;
             }
-            if (o->cb.on_eval && (rc = o->cb.on_eval(o->cb.ctx, &ev))) { fail(sum, "io_error", "recording the evaluation failed"); goto done; }
+            if (o->cb.on_eval && (rc = o->cb.on_eval(o->cb.ctx, &ev))) { fail(sum, TQ_ERR_IO_ERROR, "recording the evaluation failed"); goto done; }
         }
     }
     sum->steps = st.step;
