@@ -5,6 +5,7 @@
 #include "trainer.h"
 #include "autobatch.h"
 #include "device.h"
+#include "codes.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -46,6 +47,9 @@ static cJSON *job_json(const tq_api *a, const tq_job *j) {
         cJSON_AddBoolToObject(b, "auto", cJSON_IsString(bs));
     }
     cJSON_AddNumberToObject(o, "interruptions", j->interruptions);
+    char log[48];
+    snprintf(log, sizeof log, "/v1/jobs/%lld/log", (long long)j->id);
+    cJSON_AddStringToObject(o, "log", log);
     if (j->threads > 0) cJSON_AddNumberToObject(o, "threads", j->threads);
     else cJSON_AddNullToObject(o, "threads");
     tq_ledger_wait w;
@@ -410,6 +414,44 @@ enum MHD_Result tq_h_model(tq_ctx *c) {
     char disp[96];
     snprintf(disp, sizeof disp, "attachment; filename=\"job-%lld.safetensors\"", (long long)c->id);
     MHD_add_response_header(r, "Content-Disposition", disp);
+    enum MHD_Result ret = MHD_queue_response(c->conn, MHD_HTTP_OK, r);
+    MHD_destroy_response(r);
+    return ret;
+}
+
+/* GET /v1/jobs/{id}/log: the job's worker output (jobs/<id>/log, kept under 1 MiB by the
+ * supervisor; the part before the last rotation is in log.1, which ?previous=1 serves).
+ * ?follow=1 keeps the answer open and sends what the worker writes until the job ends. */
+enum MHD_Result tq_h_log(tq_ctx *c) {
+    static const char *const allowed[] = { "follow", "previous", NULL };
+    CHECK_QUERY(c, allowed);
+    enum MHD_Result ans;
+    long long follow = 0, previous = 0;
+    if (tq_query(c, "follow") && tq_query_int(c, "follow", 0, 1, &follow, &ans)) return ans;
+    if (tq_query(c, "previous") && tq_query_int(c, "previous", 0, 1, &previous, &ans)) return ans;
+    tq_store *s = tq_api_store(c);
+    if (!s) return NO_STORE(c);
+    tq_job j;
+    int rc = tq_queue_get(s, c->id, &j);
+    if (rc < 0) return tq_send_store_error(c, s, rc);
+    if (rc == 0) return tq_send_error(c, MHD_HTTP_NOT_FOUND, "not_found", NULL, "no job %lld", (long long)c->id);
+    int live = !tq_state_name_final(j.state);
+    tq_job_free(&j);
+    char path[1200];
+    snprintf(path, sizeof path, "%s/%lld/log%s", c->api->jobs_dir, (long long)c->id, previous ? ".1" : "");
+    if (follow && !previous && live) return tq_log_follow(c, path);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st) || !S_ISREG(st.st_mode)) {
+        if (fd >= 0) close(fd);
+        return tq_send_error(c, MHD_HTTP_NOT_FOUND, "not_found", NULL, "job %lld has no %slog yet (it is written "
+                             "from its first start)", (long long)c->id, previous ? "rotated " : "");
+    }
+    struct MHD_Response *r = MHD_create_response_from_fd((uint64_t)st.st_size, fd);
+    if (!r) { close(fd); return MHD_NO; }
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "text/plain; charset=utf-8");
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
+    MHD_add_response_header(r, "X-Content-Type-Options", "nosniff");
     enum MHD_Result ret = MHD_queue_response(c->conn, MHD_HTTP_OK, r);
     MHD_destroy_response(r);
     return ret;

@@ -47,6 +47,7 @@ static const route routes[] = {
     { "GET",    "/v1/jobs/{id}/events",  tq_h_events },
     { "POST",   "/v1/jobs/{id}/cancel",  tq_h_cancel },
     { "GET",    "/v1/jobs/{id}/model",   tq_h_model },
+    { "GET",    "/v1/jobs/{id}/log",     tq_h_log },
     { "GET",    "/v1/compare",           tq_h_compare },
     { "GET",    "/v1/devices",           tq_h_devices },
     { "GET",    "/healthz",              tq_h_health },
@@ -585,6 +586,7 @@ void tq_api_stop(tq_api *a) {
     if (!a) return;
     MHD_quiesce_daemon(a->mhd);   /* stop accepting */
     tq_sse_stop(a);               /* resume and end every stream */
+    tq_log_follow_stop(a);        /* and every log follower */
     MHD_stop_daemon(a->mhd);
     api_free(a);
 }

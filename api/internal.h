@@ -85,6 +85,11 @@ enum MHD_Result tq_h_steps(tq_ctx *);
 enum MHD_Result tq_h_evals(tq_ctx *);
 enum MHD_Result tq_h_cancel(tq_ctx *);
 enum MHD_Result tq_h_model(tq_ctx *);
+enum MHD_Result tq_h_log(tq_ctx *);
+/* logfollow.c: ?follow=1 of the log; tq_log_follow_stop ends an API's followers (before
+ * MHD_stop_daemon) */
+enum MHD_Result tq_log_follow(tq_ctx *, const char *path);
+void tq_log_follow_stop(tq_api *);
 enum MHD_Result tq_h_devices(tq_ctx *);
 enum MHD_Result tq_h_health(tq_ctx *);
 enum MHD_Result tq_h_metrics(tq_ctx *);

@@ -361,9 +361,10 @@ static char **worker_env(int shared_cpu) {
     return env;
 }
 
-/* Starts the worker; *report receives the read end of its report pipe (or -1). */
+/* Starts the worker with its stdout/stderr on logfd (-1: the daemon's); *report receives the
+ * read end of its report pipe (or -1). */
 static pid_t spawn_worker(const char *db, int64_t id, const char *device, int threads, long long mem_limit,
-                          int shared_cpu, int *report) {
+                          int shared_cpu, int logfd, int *report) {
     char idbuf[32], thbuf[32], membuf[32];
     char **env = worker_env(shared_cpu);
     int pfd[2] = { -1, -1 };
@@ -395,6 +396,7 @@ static pid_t spawn_worker(const char *db, int64_t id, const char *device, int th
     sigprocmask(SIG_SETMASK, &none, NULL);
     prctl(PR_SET_PDEATHSIG, SIGKILL);   /* a kill -9 of the daemon takes its workers along */
     if (getppid() != parent) _exit(127);
+    if (logfd >= 0) { dup2(logfd, 1); dup2(logfd, 2); }
     if (pfd[1] >= 0) {   /* the report pipe becomes fd 3 (dup2 clears close-on-exec) */
         if (pfd[1] == 3) fcntl(3, F_SETFD, 0);
         else if (dup2(pfd[1], 3) != 3) _exit(127);
@@ -417,6 +419,7 @@ typedef struct {
     long long bytes;         /* its planned peak there */
     int threads;
     int report;              /* read end of its report pipe (TQ_WORKER_UNRECORDED), -1 none */
+    char log[1200];          /* jobs/<id>/log: its stdout and stderr */
 } worker_t;
 
 /* What a worker's end means for its job row, kept until the database takes the write: a full
@@ -433,6 +436,7 @@ typedef struct {
 typedef struct {
     tq_store *st;
     const char *db;
+    const char *jobs_dir;    /* <state dir>/jobs */
     placement_cfg pc;
     tq_ledger_dev devs[TQ_LEDGER_MAX_DEVICES];   /* static part: id, budget, max_jobs, cores… */
     char pci[TQ_LEDGER_MAX_DEVICES][32];
@@ -443,8 +447,42 @@ typedef struct {
     int nvml;                /* GPU memory can be re-read */
     outcome_t *pend;         /* outcomes waiting for the database */
     int npend, cappend;
-    double reconciled_ms;
+    double reconciled_ms, logs_ms;
 } supervisor;
+
+/* ---- each job's log ------------------------------------------------------------------------
+ * A worker's stdout and stderr go to jobs/<id>/log (opened O_APPEND by the supervisor, so every
+ * attempt adds to it, each starting with a header line). The supervisor keeps it under
+ * LOG_CAP: past it, the file is copied to log.1 (replacing the previous one) and truncated
+ * (logrotate's copytruncate: the worker keeps writing to the same file; a line written between
+ * the copy and the truncation is lost). */
+#define LOG_CAP (1 << 20)
+#define LOG_CHECK_MS 1000
+
+static int open_log(const supervisor *s, int64_t id, char *path, size_t n) {
+    char dir[1100];
+    snprintf(dir, sizeof dir, "%s/%lld", s->jobs_dir, (long long)id);
+    if (mkdir(dir, 0755) && errno != EEXIST) return -1;
+    snprintf(path, n, "%s/log", dir);
+    return open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+}
+
+static void rotate_log(const char *path) {
+    struct stat sb;
+    if (stat(path, &sb) || sb.st_size <= LOG_CAP) return;
+    char old[1210];
+    snprintf(old, sizeof old, "%s.1", path);
+    int in = open(path, O_RDONLY | O_CLOEXEC), out = open(old, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (in >= 0 && out >= 0) {
+        char buf[65536];
+        ssize_t k;
+        while ((k = read(in, buf, sizeof buf)) > 0)
+            if (write(out, buf, (size_t)k) != k) break;
+        if (truncate(path, 0)) {}
+    }
+    if (in >= 0) close(in);
+    if (out >= 0) close(out);
+}
 
 static void outcome_free(outcome_t *o) { free(o->summary); free(o->msg); }
 
@@ -573,12 +611,14 @@ static void finalise(supervisor *s, int64_t id, int ws, int stopping, int report
         outcome_settle(s, &o);
         return;
     }
-    char msg[256];
+    char msg[400];
     if (WIFSIGNALED(ws))
         snprintf(msg, sizeof msg, "the worker was killed by signal %d (%s)%s", WTERMSIG(ws),
                  strsignal(WTERMSIG(ws)), WCOREDUMP(ws) ? ", core dumped" : "");
     else
         snprintf(msg, sizeof msg, "the worker exited with status %d without finishing the job", code);
+    size_t ml = strlen(msg);
+    snprintf(msg + ml, sizeof msg - ml, "; its output is in the job's log (GET /v1/jobs/%lld/log)", (long long)id);
     cJSON *sum = cJSON_CreateObject();
     cJSON_AddStringToObject(sum, "state", "failed");
     cJSON *e = cJSON_AddObjectToObject(sum, "error");
@@ -740,8 +780,20 @@ static int place_round(supervisor *s) {
              * allocation) on a GPU; none for a job whose plan is unknown */
             long long limit = known < 0 ? 0 : gpu ? known - TQ_GPU_CONTEXT_BYTES : known;
             int report = -1;
+            char logpath[1200] = "";
+            int logfd = open_log(s, id, logpath, sizeof logpath);
+            if (logfd < 0) fprintf(stderr, "trainq serve: job %lld: cannot open its log %s: %s\n", (long long)id, logpath, strerror(errno));
+            else {
+                char head[256], when[32];
+                time_t t = time(NULL);
+                struct tm tm;
+                strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", gmtime_r(&t, &tm));
+                int hn = snprintf(head, sizeof head, "---- trainq serve: job %lld starts on %s at %s\n", (long long)id, dev, when);
+                if (write(logfd, head, (size_t)hn) != hn) {}
+            }
             pid_t pid = spawn_worker(s->db, id, dev, gpu ? 0 : o->threads, limit, !gpu && s->devs[o->dev].max_jobs > 1,
-                                     &report);
+                                     logfd, &report);
+            if (logfd >= 0) close(logfd);
             if (pid < 0) {
                 char msg[160];
                 snprintf(msg, sizeof msg, "cannot start the worker: %s", strerror(errno));
@@ -749,7 +801,9 @@ static int place_round(supervisor *s) {
                 tq_queue_finish(s->st, id, "failed", NULL, tq_error_name(TQ_ERR_WORKER_CRASHED), msg);
                 continue;
             }
-            s->w[s->nw++] = (worker_t){ pid, id, o->dev, o->needs, gpu ? 0 : o->threads, report };
+            s->w[s->nw] = (worker_t){ pid, id, o->dev, o->needs, gpu ? 0 : o->threads, report, "" };
+            snprintf(s->w[s->nw].log, sizeof s->w[s->nw].log, "%s", logpath);
+            s->nw++;
             started++;
             fprintf(stderr, "trainq serve: job %lld: started worker %d on %s (plans %.1f MiB of %.1f MiB room%s)\n",
                     (long long)id, (int)pid, dev, o->needs / 1048576.0, o->free / 1048576.0,
@@ -908,6 +962,7 @@ int tq_cmd_serve(int argc, char **argv) {
     memset(&sup, 0, sizeof sup);
     sup.st = st;
     sup.db = cfg.db;
+    sup.jobs_dir = jobs_dir;
     sup.pc = pc;
     {
         char gid[16][TQ_DEV_ID_MAX];
@@ -992,6 +1047,10 @@ int tq_cmd_serve(int argc, char **argv) {
         if (wd_every > 0 && now - wd_last >= wd_every) { tq_sd_notify("WATCHDOG=1"); wd_last = now; }
         if (reap(&sup, 0)) dirty = 1;
         if (sup.npend && outcomes_retry(&sup)) dirty = 1;
+        if (now - sup.logs_ms >= LOG_CHECK_MS) {
+            for (int i = 0; i < sup.nw; i++) if (sup.w[i].log[0]) rotate_log(sup.w[i].log);
+            sup.logs_ms = now;
+        }
         if (now - sup.reconciled_ms >= RECONCILE_MS) {
             reconcile(&sup);
             sup.reconciled_ms = mono_ms();

@@ -235,8 +235,8 @@ int tq_cmd_worker(int argc, char **argv) {
     cJSON_Delete(js);
     int frc = finish(db, id, sum.state, s, sum.error_code[0] ? sum.error_code : NULL,
                      sum.error_message[0] ? sum.error_message : NULL);
-    fprintf(stderr, "trainq worker: job %lld: %s%s%s\n", id, sum.state, sum.error_code[0] ? ": " : "",
-            sum.error_message);
+    fprintf(stderr, "trainq worker: job %lld: %s%s%s%s%s\n", id, sum.state, sum.error_code[0] ? ": " : "",
+            sum.error_code, sum.error_code[0] ? ": " : "", sum.error_message);
     if (frc) {
         /* not finalised: hand the outcome to the supervisor, which records it once the
          * database takes writes again (one JSON line on the report pipe) */

@@ -18,6 +18,10 @@ static const struct { const char *name, *meaning; } errors[TQ_ERR_COUNT] = {
 
 const char *tq_state_name(tq_job_state s) { return (unsigned)s < TQ_STATE_COUNT ? states[s].name : "?"; }
 int tq_state_is_final(tq_job_state s) { return (unsigned)s < TQ_STATE_COUNT && states[s].final; }
+int tq_state_name_final(const char *name) {
+    tq_job_state k;
+    return tq_state_parse(name, &k) == 0 && tq_state_is_final(k);
+}
 int tq_state_parse(const char *name, tq_job_state *out) {
     for (int i = 0; name && i < TQ_STATE_COUNT; i++)
         if (!strcmp(name, states[i].name)) { *out = (tq_job_state)i; return 0; }

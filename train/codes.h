@@ -51,6 +51,7 @@ typedef enum {
 const char *tq_state_name(tq_job_state);             /* "queued" …; "?" out of range */
 int tq_state_parse(const char *name, tq_job_state *out);   /* 0 ok, -1 unknown */
 int tq_state_is_final(tq_job_state);                 /* succeeded, failed, cancelled */
+int tq_state_name_final(const char *name);           /* the same for a name; 0 when unknown */
 const char *tq_error_name(tq_error_code);            /* "" for TQ_ERR_NONE */
 const char *tq_error_meaning(tq_error_code);
 int tq_error_parse(const char *name, tq_error_code *out);  /* 0 ok, -1 unknown */
