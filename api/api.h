@@ -39,6 +39,11 @@ typedef struct {
     unsigned threads;            /* pool size, 0: 4 */
     size_t max_body;             /* bytes, 0: 64 KiB */
     tq_ledger *ledger;           /* the devices and placement (not owned; outlives the API) */
+    const char *admin_group;     /* members may cancel/delete anyone's job; NULL: "trainq-admin" */
+    int private_jobs;            /* 1: only owners and admins read a job */
+    int allow_remote_writes;     /* 1: connections from other hosts (no identity) may write */
+    const char *socket_path;     /* the unix socket to listen on too (mode 0666); NULL none */
+    double fair_share_window_s;  /* GET /v1/users' window (the scheduler's fair share) */
 } tq_api_config;
 
 typedef struct tq_api tq_api;

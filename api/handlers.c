@@ -6,6 +6,7 @@
 #include "autobatch.h"
 #include "device.h"
 #include "codes.h"
+#include "peer.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -27,11 +28,68 @@ static const char *const no_params[] = { NULL };
 #define CHECK_QUERY(c, allowed) do { enum MHD_Result ans_; \
     if (!tq_query_check((c), (allowed), &ans_)) return ans_; } while (0)
 
+/* ---- owners (peer.h) -------------------------------------------------------------------- */
+
+/* The job's owner as shown: its user name, or "unknown" (a job from before owners, or from a
+ * connection without identity). */
+static const char *owner_shown(const tq_job *j) { return j->owner[0] ? j->owner : "unknown"; }
+
+/* 1 when the peer may act on job j (cancel, delete; read it under private_jobs): its owner (by
+ * uid), root, or a member of admin_group. Jobs without an owner: admins only. */
+static int may_act(const tq_api *a, const tq_peer *p, const tq_job *j) {
+    if (!p->known) return 0;
+    if (tq_peer_is_admin(p->uid, a->admin_group)) return 1;
+    return j->owner[0] && j->owner_uid >= 0 && (uid_t)j->owner_uid == p->uid;
+}
+
+/* Writes need a local peer: from another host (no identity) only with allow_remote_writes.
+ * 1 allowed; 0 answered. */
+static int may_write(tq_ctx *c, const tq_peer *p, enum MHD_Result *ans) {
+    if (!p->remote || c->api->remote_writes) return 1;
+    *ans = tq_send_error(c, MHD_HTTP_FORBIDDEN, "forbidden", NULL,
+                         "this connection comes from another host, which has no identity: the API is read-only "
+                         "for it (allow_remote_writes = true in the config opens it)");
+    return 0;
+}
+
+/* The job c->id for an action by the peer: 1 and *j (the caller frees it), or 0 answered (404,
+ * 403 naming the owner). verb: "cancel", "delete", "read". */
+static int job_for(tq_ctx *c, tq_store *s, const tq_peer *p, const char *verb, tq_job *j, enum MHD_Result *ans) {
+    int rc = tq_queue_get(s, c->id, j);
+    if (rc < 0) { *ans = tq_send_store_error(c, s, rc); return 0; }
+    if (rc == 0) {
+        *ans = tq_send_error(c, MHD_HTTP_NOT_FOUND, "not_found", NULL, "no job %lld", (long long)c->id);
+        return 0;
+    }
+    if (!strcmp(verb, "read") && !c->api->private_jobs) return 1;
+    if (may_act(c->api, p, j)) return 1;
+    *ans = tq_send_error(c, MHD_HTTP_FORBIDDEN, "forbidden", NULL,
+                         "job %lld belongs to %s: only its owner, root or a member of the group %s may %s it%s%s",
+                         (long long)c->id, owner_shown(j), c->api->admin_group, verb,
+                         p->known ? "; you are " : " (this connection has no identity)", p->known ? p->user : "");
+    tq_job_free(j);
+    return 0;
+}
+
+/* for a read: the job is readable by this peer (always, unless private_jobs). 1 yes, 0 answered */
+static int may_read(tq_ctx *c, tq_store *s, enum MHD_Result *ans) {
+    if (!c->api->private_jobs) return 1;
+    tq_peer p;
+    tq_peer_of(c->conn, &p);
+    tq_job j;
+    if (!job_for(c, s, &p, "read", &j, ans)) return 0;
+    tq_job_free(&j);
+    return 1;
+}
+
 /* A job as the API shows it: render.c's object plus what placement knows — the CPU threads its
  * worker was given, and for a queued job why it waits (the scheduler's last round). */
 static cJSON *job_json(const tq_api *a, const tq_job *j) {
     cJSON *o = tq_job_json(j);
     if (!o) return NULL;
+    cJSON_AddStringToObject(o, "owner", owner_shown(j));
+    if (j->owner_uid >= 0) cJSON_AddNumberToObject(o, "owner_uid", (double)j->owner_uid);
+    else cJSON_AddNullToObject(o, "owner_uid");
     /* the batch as it runs: a "batch_size": "auto" spec keeps "auto" (so that it can be
      * resubmitted as it is), with the accum_steps submission chose; the micro-batch follows */
     const cJSON *spec = cJSON_GetObjectItemCaseSensitive(o, "spec");
@@ -174,6 +232,23 @@ enum MHD_Result tq_h_submit(tq_ctx *c) {
     if (tq_spec_parse(&sp, body, &se))
         return tq_send_error(c, MHD_HTTP_BAD_REQUEST, se.field[0] ? "invalid_spec" : "invalid_json",
                              se.field, "%s", se.message);
+    tq_peer peer;
+    tq_peer_of(c->conn, &peer);
+    enum MHD_Result ans;
+    if (!may_write(c, &peer, &ans)) return ans;
+    /* files on behalf of the submitter: what it names must be readable by that user, not
+     * merely by the daemon (a connection without identity counts as nobody) */
+    uid_t as = peer.known ? peer.uid : (uid_t)65534;
+    const struct { const char *path, *field; } files[2] = { { sp.data_dir, "data_dir" }, { sp.init_from, "init_from" } };
+    for (int k = 0; k < 2; k++) {
+        if (!files[k].path[0]) continue;
+        char real[4096], why[600];
+        if (tq_path_readable_by(files[k].path, as, real, sizeof real, why, sizeof why) == 0) continue;
+        if (access(files[k].path, F_OK) != 0 && k == 0) break;   /* missing data: the planner names it (400) */
+        return tq_send_error(c, MHD_HTTP_FORBIDDEN, "forbidden", files[k].field, "%s %s: %s", files[k].field,
+                             peer.known ? "must be readable by the submitting user" : "must be readable by anyone "
+                             "(this connection has no identity)", why);
+    }
     tq_store *s = tq_api_store(c);
     if (!s) return NO_STORE(c);
     if (sp.submission_id[0]) {   /* idempotency before the (costly) plan */
@@ -259,7 +334,8 @@ enum MHD_Result tq_h_submit(tq_ctx *c) {
     int64_t id = 0;
     int existed = 0;
     tq_job_plan plan = { total, need, need + TQ_GPU_CONTEXT_BYTES + TQ_GPU_WORKSPACE_BOUND };
-    int rc = tq_queue_submit(s, sp.name, spec_json, sp.priority, sp.submission_id, &plan, &id, &existed);
+    int rc = tq_queue_submit_as(s, sp.name, spec_json, sp.priority, sp.submission_id, &plan,
+                                peer.known ? peer.user : NULL, peer.known ? (int64_t)peer.uid : -1, &id, &existed);
     free(spec_json);
     if (rc) return tq_send_store_error(c, s, rc);
     return send_job(c, s, id, existed ? MHD_HTTP_OK : MHD_HTTP_CREATED);
@@ -268,8 +344,35 @@ enum MHD_Result tq_h_submit(tq_ctx *c) {
 /* ---- GET /v1/jobs, /v1/jobs/{id} ------------------------------------------------------ */
 
 enum MHD_Result tq_h_list(tq_ctx *c) {
-    static const char *const allowed[] = { "state", "limit", "before", NULL };
+    static const char *const allowed[] = { "state", "limit", "before", "owner", NULL };
     CHECK_QUERY(c, allowed);
+    tq_peer peer;
+    tq_peer_of(c->conn, &peer);
+    /* ?owner=me (the caller), NAME, or unknown (jobs without an owner); under private_jobs a
+     * non-admin sees only their own */
+    const char *owner = tq_query(c, "owner");
+    char me[64];
+    if (owner && !strcmp(owner, "me")) {
+        if (!peer.known)
+            return tq_send_error(c, MHD_HTTP_BAD_REQUEST, "invalid_parameter", "owner",
+                                 "owner=me: this connection has no identity (use the unix socket or loopback)");
+        snprintf(me, sizeof me, "%s", peer.user);
+        owner = me;
+    } else if (owner && !strcmp(owner, "unknown")) {
+        owner = "";
+    } else if (owner && (!owner[0] || strlen(owner) > 63)) {
+        return tq_send_error(c, MHD_HTTP_BAD_REQUEST, "invalid_parameter", "owner",
+                             "owner must be me, unknown or a user name of at most 63 bytes");
+    }
+    if (c->api->private_jobs && !(peer.known && tq_peer_is_admin(peer.uid, c->api->admin_group))) {
+        if (!peer.known) return tq_send_error(c, MHD_HTTP_FORBIDDEN, "forbidden", NULL,
+                                              "jobs are private here, and this connection has no identity");
+        if (owner && strcmp(owner, peer.user))
+            return tq_send_error(c, MHD_HTTP_FORBIDDEN, "forbidden", "owner",
+                                 "jobs are private here: you (%s) may list only your own", peer.user);
+        snprintf(me, sizeof me, "%s", peer.user);
+        owner = me;
+    }
     enum MHD_Result ans;
     const char *state = tq_query(c, "state");
     if (state) {
@@ -286,7 +389,7 @@ enum MHD_Result tq_h_list(tq_ctx *c) {
     tq_job *jobs;
     int n;
     int64_t next;
-    int rc = tq_queue_list(s, state, before, (int)limit, &jobs, &n, &next);
+    int rc = tq_queue_list_owned(s, state, owner, before, (int)limit, &jobs, &n, &next);
     if (rc) return tq_send_store_error(c, s, rc);
     cJSON *o = cJSON_CreateObject(), *arr = cJSON_AddArrayToObject(o, "jobs");
     for (int i = 0; i < n; i++) cJSON_AddItemToArray(arr, job_json(c->api, &jobs[i]));
@@ -300,6 +403,8 @@ enum MHD_Result tq_h_get(tq_ctx *c) {
     CHECK_QUERY(c, no_params);
     tq_store *s = tq_api_store(c);
     if (!s) return NO_STORE(c);
+    enum MHD_Result ans;
+    if (!may_read(c, s, &ans)) return ans;
     return send_job(c, s, c->id, MHD_HTTP_OK);
 }
 
@@ -318,6 +423,7 @@ enum MHD_Result tq_h_steps(tq_ctx *c) {
                              "format must be json or csv, got \"%.64s\"", fmt);
     tq_store *s = tq_api_store(c);
     if (!s) return NO_STORE(c);
+    if (!may_read(c, s, &ans)) return ans;
     tq_step_rec *v;
     int n;
     int rc = tq_queue_steps(s, c->id, after, (int)limit, &v, &n);
@@ -339,6 +445,8 @@ enum MHD_Result tq_h_evals(tq_ctx *c) {
     CHECK_QUERY(c, no_params);
     tq_store *s = tq_api_store(c);
     if (!s) return NO_STORE(c);
+    enum MHD_Result ans;
+    if (!may_read(c, s, &ans)) return ans;
     tq_eval_rec *v;
     int n;
     int rc = tq_queue_evals(s, c->id, 0, &v, &n);
@@ -355,6 +463,12 @@ enum MHD_Result tq_h_cancel(tq_ctx *c) {
     CHECK_QUERY(c, no_params);
     tq_store *s = tq_api_store(c);
     if (!s) return NO_STORE(c);
+    tq_peer peer;
+    tq_peer_of(c->conn, &peer);
+    enum MHD_Result ans;
+    tq_job j;
+    if (!may_write(c, &peer, &ans) || !job_for(c, s, &peer, "cancel", &j, &ans)) return ans;
+    tq_job_free(&j);
     char was[16];
     int rc = tq_queue_cancel(s, c->id, was);
     if (rc == TQ_STORE_ECONFLICT)
@@ -375,6 +489,12 @@ enum MHD_Result tq_h_delete(tq_ctx *c) {
     CHECK_QUERY(c, no_params);
     tq_store *s = tq_api_store(c);
     if (!s) return NO_STORE(c);
+    tq_peer peer;
+    tq_peer_of(c->conn, &peer);
+    enum MHD_Result ans;
+    tq_job j;
+    if (!may_write(c, &peer, &ans) || !job_for(c, s, &peer, "delete", &j, &ans)) return ans;
+    tq_job_free(&j);
     int rc = tq_queue_delete(s, c->id);
     if (rc == TQ_STORE_ECONFLICT)
         return tq_send_error(c, MHD_HTTP_CONFLICT, "conflict", NULL, "%s", tq_store_errmsg(s));
@@ -394,6 +514,8 @@ enum MHD_Result tq_h_model(tq_ctx *c) {
     CHECK_QUERY(c, no_params);
     tq_store *s = tq_api_store(c);
     if (!s) return NO_STORE(c);
+    enum MHD_Result ans;
+    if (!may_read(c, s, &ans)) return ans;
     tq_job j;
     int rc = tq_queue_get(s, c->id, &j);
     if (rc < 0) return tq_send_store_error(c, s, rc);
@@ -431,6 +553,7 @@ enum MHD_Result tq_h_log(tq_ctx *c) {
     if (tq_query(c, "previous") && tq_query_int(c, "previous", 0, 1, &previous, &ans)) return ans;
     tq_store *s = tq_api_store(c);
     if (!s) return NO_STORE(c);
+    if (!may_read(c, s, &ans)) return ans;
     tq_job j;
     int rc = tq_queue_get(s, c->id, &j);
     if (rc < 0) return tq_send_store_error(c, s, rc);
@@ -455,6 +578,34 @@ enum MHD_Result tq_h_log(tq_ctx *c) {
     enum MHD_Result ret = MHD_queue_response(c->conn, MHD_HTTP_OK, r);
     MHD_destroy_response(r);
     return ret;
+}
+
+/* GET /v1/users: each owner's queued and running jobs and device time (the fair share's
+ * window and all time). Jobs without an owner are listed as "unknown". */
+enum MHD_Result tq_h_users(tq_ctx *c) {
+    CHECK_QUERY(c, no_params);
+    tq_store *s = tq_api_store(c);
+    if (!s) return NO_STORE(c);
+    tq_user_usage *u;
+    int n;
+    int64_t win = (int64_t)(c->api->fair_window_s * 1000);
+    int rc = tq_queue_users(s, win, &u, &n);
+    if (rc) return tq_send_store_error(c, s, rc);
+    cJSON *o = cJSON_CreateObject(), *arr = cJSON_AddArrayToObject(o, "users");
+    for (int i = 0; i < n; i++) {
+        cJSON *e = cJSON_CreateObject();
+        cJSON_AddStringToObject(e, "user", u[i].owner[0] ? u[i].owner : "unknown");
+        if (u[i].owner_uid >= 0) cJSON_AddNumberToObject(e, "uid", (double)u[i].owner_uid);
+        else cJSON_AddNullToObject(e, "uid");
+        cJSON_AddNumberToObject(e, "queued", u[i].queued);
+        cJSON_AddNumberToObject(e, "running", u[i].running);
+        cJSON_AddNumberToObject(e, "device_hours_window", u[i].window_s / 3600.0);
+        cJSON_AddNumberToObject(e, "device_hours_total", u[i].total_s / 3600.0);
+        cJSON_AddItemToArray(arr, e);
+    }
+    free(u);
+    cJSON_AddNumberToObject(o, "fair_share_window_s", c->api->fair_window_s);
+    return tq_send_json(c, MHD_HTTP_OK, o);
 }
 
 /* ---- devices, health, metrics --------------------------------------------------------- */
@@ -676,6 +827,16 @@ enum MHD_Result tq_h_metrics(tq_ctx *c) {
         }
     }
     tq_jobs_free(run, nrun);
+    tq_user_usage *users;
+    int nusers;
+    if (tq_queue_users(s, 0, &users, &nusers) == 0) {
+        mput(&b, "# HELP trainq_user_device_seconds_total Device time of each owner's jobs (first start to end).\n"
+                 "# TYPE trainq_user_device_seconds_total counter\n");
+        for (int i = 0; i < nusers; i++)
+            mput(&b, "trainq_user_device_seconds_total{user=\"%s\"} %.3f\n", users[i].owner[0] ? users[i].owner : "unknown",
+                 users[i].total_s);
+        free(users);
+    }
     if (!b.p) return tq_send_error(c, MHD_HTTP_INTERNAL_SERVER_ERROR, "internal", NULL, "out of memory");
     return tq_send_text(c, MHD_HTTP_OK, "text/plain; version=0.0.4; charset=utf-8", b.p, b.n);
 }

@@ -50,6 +50,7 @@ static const route routes[] = {
     { "GET",    "/v1/jobs/{id}/log",     tq_h_log },
     { "GET",    "/v1/compare",           tq_h_compare },
     { "GET",    "/v1/devices",           tq_h_devices },
+    { "GET",    "/v1/users",             tq_h_users },
     { "GET",    "/healthz",              tq_h_health },
     { "GET",    "/metrics",              tq_h_metrics },
 };
@@ -513,7 +514,7 @@ static char *dupz(const char *s) { return s ? strdup(s) : strdup(""); }
 static void api_free(tq_api *a) {
     if (!a) return;
     free(a->host); free(a->db_path); free(a->jobs_dir); free(a->devices); free(a->allowed_hosts);
-    free(a->cuda); free(a->gpus);
+    free(a->cuda); free(a->gpus); free(a->admin_group);
     for (size_t i = 0; i < sizeof a->plans / sizeof a->plans[0]; i++) free(a->plans[i].key);
     pthread_mutex_destroy(&a->sse_mu);
     pthread_mutex_destroy(&a->plan_mu);
@@ -529,6 +530,10 @@ tq_api *tq_api_start(const tq_api_config *cfg, char *err, size_t errlen) {
     a->allowed_hosts = cfg->allowed_hosts ? strdup(cfg->allowed_hosts) : NULL;
     a->port = cfg->port;
     a->ledger = cfg->ledger;
+    a->admin_group = strdup(cfg->admin_group && cfg->admin_group[0] ? cfg->admin_group : "trainq-admin");
+    a->private_jobs = cfg->private_jobs;
+    a->remote_writes = cfg->allow_remote_writes;
+    a->fair_window_s = cfg->fair_share_window_s;
     a->max_body = cfg->max_body ? cfg->max_body : 64 * 1024;
     pthread_mutex_init(&a->sse_mu, NULL);
     pthread_mutex_init(&a->plan_mu, NULL);

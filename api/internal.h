@@ -20,6 +20,9 @@ struct tq_api {
     int ngpus;
     tq_ledger *ledger;           /* the scheduler's devices and waits (ledger.h) */
     long long storage_fault_ms;  /* when a write last failed for a full filesystem (ms, 0 never) */
+    char *admin_group;           /* owners (peer.h): who may act on anyone's job */
+    int private_jobs, remote_writes;
+    double fair_window_s;
     unsigned short port;
     size_t max_body;
     pthread_key_t store_key;     /* each pool thread's tq_store */
@@ -86,6 +89,7 @@ enum MHD_Result tq_h_evals(tq_ctx *);
 enum MHD_Result tq_h_cancel(tq_ctx *);
 enum MHD_Result tq_h_model(tq_ctx *);
 enum MHD_Result tq_h_log(tq_ctx *);
+enum MHD_Result tq_h_users(tq_ctx *);
 /* logfollow.c: ?follow=1 of the log; tq_log_follow_stop ends an API's followers (before
  * MHD_stop_daemon) */
 enum MHD_Result tq_log_follow(tq_ctx *, const char *path);

@@ -11,6 +11,7 @@ const char *tq_wait_name(tq_wait w) {
     case TQ_WAIT_PRIORITY: return "priority";
     case TQ_WAIT_NEVER: return "never";
     case TQ_WAIT_NO_DEVICE: return "no_device";
+    case TQ_WAIT_USER: return "user_limit";
     }
     return "?";
 }
@@ -42,6 +43,11 @@ int tq_sched_place(tq_sched_dev *devs, int ndev, const tq_sched_job *q, int nq,
         int cand[TQ_SCHED_MAX_DEVICES];
         int nc = tq_devsel_candidates(&j->want, ids, ndev, cand);
         if (nc == 0) { o->wait = TQ_WAIT_NO_DEVICE; continue; }
+        if (pol->max_per_user > 0 && pol->user_running && j->user >= 0 &&
+            pol->user_running[j->user] >= pol->max_per_user) {
+            o->wait = TQ_WAIT_USER;
+            continue;
+        }
 
         /* the best device where it fits now, among those not held for a job ahead; auto's
          * preference for a GPU: a fitting GPU always beats the CPU */
@@ -77,6 +83,7 @@ int tq_sched_place(tq_sched_dev *devs, int ndev, const tq_sched_job *q, int nq,
                 int t = j->threads > 0 ? j->threads : d->cores / (d->njobs > 0 ? d->njobs : 1);
                 o->threads = t > 0 ? t : 1;
             }
+            if (pol->max_per_user > 0 && pol->user_running && j->user >= 0) pol->user_running[j->user]++;
             placed++;
             continue;
         }

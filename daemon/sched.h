@@ -19,6 +19,9 @@
  *   nothing later in the queue is placed there until it starts.
  * - A job whose planned peak exceeds the budget of every device it may use can never start:
  *   TQ_WAIT_NEVER (the supervisor fails it with cannot_fit).
+ * - max_running_per_user: a job whose owner already runs that many jobs waits (TQ_WAIT_USER)
+ *   and holds nothing; the queue's order among equal priorities is the fair-share order the
+ *   caller gives (the owner with the least recent device time first).
  * - CPU jobs split the cores: a CPU job without its own `threads` gets the cores divided by the
  *   number of CPU jobs running once it starts (at least 1). */
 #ifndef TQ_SCHED_H
@@ -44,6 +47,7 @@ typedef struct {
     long long need_cpu, need_gpu;   /* planned peak on the CPU / on a GPU (context + workspace bound) */
     double waited_s;                /* time in the queue */
     int threads;                    /* the spec's threads, 0: share the cores */
+    int user;                       /* index into the policy's user_running[], -1: no owner */
 } tq_sched_job;
 
 typedef enum {
@@ -53,6 +57,7 @@ typedef enum {
     TQ_WAIT_PRIORITY,       /* the device it fits is held for a job ahead that waited too long */
     TQ_WAIT_NEVER,          /* the plan exceeds the budget of every device it may use */
     TQ_WAIT_NO_DEVICE,      /* this daemon serves no device the job may use */
+    TQ_WAIT_USER,           /* its owner runs max_running_per_user jobs already */
 } tq_wait;
 
 typedef struct {
@@ -65,6 +70,9 @@ typedef struct {
 
 typedef struct {
     double backfill_window_s;       /* < 0: no hold ever (pure backfill) */
+    int max_per_user;               /* > 0: at most this many running jobs per owner */
+    int *user_running;              /* running jobs per user index (updated as jobs are placed);
+                                     * NULL when max_per_user is 0 */
 } tq_sched_policy;
 
 /* Places jobs q[0..nq) (in queue order) on devs[0..ndev), updating devs[] (planned, njobs,
@@ -73,6 +81,6 @@ typedef struct {
 int tq_sched_place(tq_sched_dev *devs, int ndev, const tq_sched_job *q, int nq,
                    const tq_sched_policy *pol, tq_sched_out *out);
 
-/* "memory", "max_jobs", "priority", "never", "no_device", or "" for TQ_WAIT_NONE */
+/* "memory", "max_jobs", "priority", "never", "no_device", "user_limit", or "" for TQ_WAIT_NONE */
 const char *tq_wait_name(tq_wait w);
 #endif

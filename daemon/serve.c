@@ -61,15 +61,21 @@ typedef struct {
     unsigned threads;
     /* placement (sched.h); the text as given, checked by check_placement */
     char max_jobs[32], gpu_reserve_mb[32], cpu_memory_mb[32], backfill_window[32];
+    /* owners (issue 15) */
+    char socket[1024], fair_window[32], max_per_user[32], admin_group[64], private_jobs[16], remote_writes[16];
 } serve_cfg;
 
 /* the flags and config keys that take a value, in one table: set[] marks the ones the command
  * line gave (they win over the config file) */
-enum { K_DB, K_LISTEN, K_DEVICES, K_MAX_JOBS, K_RESERVE, K_CPU_MEM, K_BACKFILL, K_COUNT };
+enum { K_DB, K_LISTEN, K_DEVICES, K_MAX_JOBS, K_RESERVE, K_CPU_MEM, K_BACKFILL, K_SOCKET, K_FAIR,
+       K_MAXUSER, K_ADMIN, K_PRIVATE, K_REMOTE, K_COUNT };
 static const struct { const char *flag, *key; } keys[K_COUNT] = {
     { "--db", "db" }, { "--listen", "listen" }, { "--devices", "devices" },
     { "--max-jobs-per-device", "max_jobs_per_device" }, { "--gpu-reserve-mb", "gpu_reserve_mb" },
     { "--cpu-memory-mb", "cpu_memory_mb" }, { "--backfill-window", "backfill_window" },
+    { "--socket", "socket" }, { "--fair-share-window", "fair_share_window" },
+    { "--max-running-per-user", "max_running_per_user" }, { "--admin-group", "admin_group" },
+    { "--private-jobs", "private_jobs" }, { "--allow-remote-writes", "allow_remote_writes" },
 };
 static char *cfg_field(serve_cfg *c, int k, size_t *n) {
     switch (k) {
@@ -79,6 +85,12 @@ static char *cfg_field(serve_cfg *c, int k, size_t *n) {
     case K_MAX_JOBS: *n = sizeof c->max_jobs; return c->max_jobs;
     case K_RESERVE: *n = sizeof c->gpu_reserve_mb; return c->gpu_reserve_mb;
     case K_CPU_MEM: *n = sizeof c->cpu_memory_mb; return c->cpu_memory_mb;
+    case K_SOCKET: *n = sizeof c->socket; return c->socket;
+    case K_FAIR: *n = sizeof c->fair_window; return c->fair_window;
+    case K_MAXUSER: *n = sizeof c->max_per_user; return c->max_per_user;
+    case K_ADMIN: *n = sizeof c->admin_group; return c->admin_group;
+    case K_PRIVATE: *n = sizeof c->private_jobs; return c->private_jobs;
+    case K_REMOTE: *n = sizeof c->remote_writes; return c->remote_writes;
     default: *n = sizeof c->backfill_window; return c->backfill_window;
     }
 }
@@ -154,6 +166,10 @@ static int parse_listen(const char *s, char *host, size_t hn, unsigned short *po
     return 0;
 }
 
+static int is_loopback_host(const char *h) {
+    return !strcmp(h, "localhost") || !strncmp(h, "127.", 4) || !strcmp(h, "::1");
+}
+
 static int mkdir_p(const char *dir) {
     char tmp[1024];
     snprintf(tmp, sizeof tmp, "%s", dir);
@@ -179,7 +195,20 @@ typedef struct {
     int max_jobs_gpu, max_jobs_cpu;
     long long reserve_bytes, cpu_bytes;     /* cpu_bytes 0: half of MemAvailable */
     double backfill_s;
+    double fair_window_s;                   /* fair share's look-back (default 24 h; 0 off) */
+    int max_per_user;                       /* 0: unlimited */
+    int private_jobs, remote_writes;        /* booleans */
 } placement_cfg;
+
+/* true/false/yes/no/1/0/on/off */
+static int parse_bool(const char *s, int *out) {
+    static const char *const t[] = { "true", "yes", "1", "on" }, *const f[] = { "false", "no", "0", "off" };
+    for (int i = 0; i < 4; i++) {
+        if (!strcmp(s, t[i])) { *out = 1; return 0; }
+        if (!strcmp(s, f[i])) { *out = 0; return 0; }
+    }
+    return -1;
+}
 
 /* a whole decimal integer in [lo, hi] */
 static int parse_int(const char *s, long long lo, long long hi, long long *out) {
@@ -255,6 +284,30 @@ static int check_placement(const serve_cfg *c, placement_cfg *p) {
     if (c->backfill_window[0] && parse_duration(c->backfill_window, &p->backfill_s)) {
         fprintf(stderr, "trainq serve: --backfill-window \"%s\": want a duration such as 600, 90s, 10m or 1h\n",
                 c->backfill_window);
+        return 2;
+    }
+    p->fair_window_s = 24 * 3600;
+    if (c->fair_window[0] && parse_duration(c->fair_window, &p->fair_window_s)) {
+        fprintf(stderr, "trainq serve: --fair-share-window \"%s\": want a duration such as 24h, 90m or 0 (off)\n",
+                c->fair_window);
+        return 2;
+    }
+    p->max_per_user = 0;
+    if (c->max_per_user[0]) {
+        if (parse_int(c->max_per_user, 0, 1000000, &v)) {
+            fprintf(stderr, "trainq serve: --max-running-per-user \"%s\": want a whole number of jobs (0: unlimited)\n",
+                    c->max_per_user);
+            return 2;
+        }
+        p->max_per_user = (int)v;
+    }
+    p->private_jobs = p->remote_writes = 0;
+    if (c->private_jobs[0] && parse_bool(c->private_jobs, &p->private_jobs)) {
+        fprintf(stderr, "trainq serve: --private-jobs \"%s\": want true or false\n", c->private_jobs);
+        return 2;
+    }
+    if (c->remote_writes[0] && parse_bool(c->remote_writes, &p->remote_writes)) {
+        fprintf(stderr, "trainq serve: --allow-remote-writes \"%s\": want true or false\n", c->remote_writes);
         return 2;
     }
     return 0;
@@ -420,6 +473,7 @@ typedef struct {
     int threads;
     int report;              /* read end of its report pipe (TQ_WORKER_UNRECORDED), -1 none */
     char log[1200];          /* jobs/<id>/log: its stdout and stderr */
+    char owner[64];          /* its owner ("" unknown): max_running_per_user counts these */
 } worker_t;
 
 /* What a worker's end means for its job row, kept until the database takes the write: a full
@@ -723,7 +777,7 @@ static void status_text(const supervisor *s, char *out, size_t n) {
 static int place_round(supervisor *s) {
     tq_queued *q = NULL;
     int nq = 0;
-    if (tq_queue_queued(s->st, 1000, &q, &nq)) {
+    if (tq_queue_queued_fair(s->st, 1000, (int64_t)(s->pc.fair_window_s * 1000), &q, &nq)) {
         fprintf(stderr, "trainq serve: reading the queue: %s\n", tq_store_errmsg(s->st));
         return -1;
     }
@@ -764,8 +818,27 @@ static int place_round(supervisor *s) {
         jobs[i].waited_s = now_s - q[i].created_at / 1000.0;
         jobs[i].threads = q[i].threads;
     }
-    tq_sched_policy pol = { s->pc.backfill_s };
+    /* owners: an index per distinct owner of a queued job, with their running jobs */
+    int *running = nq > 0 ? calloc((size_t)nq, sizeof *running) : NULL;
+    const char **owners = nq > 0 ? calloc((size_t)nq, sizeof *owners) : NULL;
+    int nown = 0;
+    for (int i = 0; i < nq && running && owners; i++) {
+        jobs[i].user = -1;
+        if (!q[i].owner[0]) continue;
+        int u = -1;
+        for (int k = 0; k < nown; k++) if (!strcmp(owners[k], q[i].owner)) u = k;
+        if (u < 0) {
+            u = nown++;
+            owners[u] = q[i].owner;
+            for (int k = 0; k < s->nw; k++) running[u] += !strcmp(s->w[k].owner, q[i].owner);
+        }
+        jobs[i].user = u;
+    }
+    tq_sched_policy pol = { .backfill_window_s = s->pc.backfill_s, .max_per_user = running ? s->pc.max_per_user : 0,
+                            .user_running = running };
     if (nq) tq_sched_place(sd, s->ndev, jobs, nq, &pol, out);
+    free(running);
+    free(owners);
     for (int i = 0; i < nq; i++) {
         tq_sched_out *o = &out[i];
         int64_t id = q[i].id;
@@ -801,7 +874,8 @@ static int place_round(supervisor *s) {
                 tq_queue_finish(s->st, id, "failed", NULL, tq_error_name(TQ_ERR_WORKER_CRASHED), msg);
                 continue;
             }
-            s->w[s->nw] = (worker_t){ pid, id, o->dev, o->needs, gpu ? 0 : o->threads, report, "" };
+            s->w[s->nw] = (worker_t){ pid, id, o->dev, o->needs, gpu ? 0 : o->threads, report, "", "" };
+            snprintf(s->w[s->nw].owner, sizeof s->w[s->nw].owner, "%s", q[i].owner);
             snprintf(s->w[s->nw].log, sizeof s->w[s->nw].log, "%s", logpath);
             s->nw++;
             started++;
@@ -1025,8 +1099,19 @@ int tq_cmd_serve(int argc, char **argv) {
     sigaction(SIGINT, &sa, NULL);
     signal(SIGPIPE, SIG_IGN);
 
+    /* the unix socket: --socket, else trainq.sock beside the database ("none": no socket) */
+    char sock[1100];
+    if (cfg.socket[0]) snprintf(sock, sizeof sock, "%s", cfg.socket);
+    else snprintf(sock, sizeof sock, "%s/trainq.sock", dir);
+    int no_sock = !strcmp(sock, "none");
+    if (!is_loopback_host(host))
+        fprintf(stderr, "trainq serve: warning: listening on %s, beyond loopback: connections from other hosts "
+                        "have no identity and are %s\n", host,
+                pc.remote_writes ? "allowed to write (allow_remote_writes = true)" : "read-only");
     tq_api_config ac = { host, port, cfg.db, jobs_dir, cfg.devices, gpus, ngpus, cuda_why,
-                         cfg.allowed_hosts[0] ? cfg.allowed_hosts : NULL, cfg.threads, 0, sup.ledger };
+                         cfg.allowed_hosts[0] ? cfg.allowed_hosts : NULL, cfg.threads, 0, sup.ledger,
+                         cfg.admin_group[0] ? cfg.admin_group : NULL, pc.private_jobs, pc.remote_writes,
+                         no_sock ? NULL : sock, pc.fair_window_s };
     tq_api *api = tq_api_start(&ac, err, sizeof err);
     if (!api) {
         fprintf(stderr, "trainq serve: %s\n", err);

@@ -101,10 +101,21 @@ static const char m0003_interruptions[] =
     "ALTER TABLE jobs ADD COLUMN interruptions INTEGER NOT NULL DEFAULT 0;\n"
     "ALTER TABLE jobs ADD COLUMN start_step INTEGER NOT NULL DEFAULT 0;\n";
 
+static const char m0004_owners[] =
+    "-- 0004_owners.sql - every job belongs to the person who submitted it (issue 15), known from the\n"
+    "-- kernel (SO_PEERCRED on the unix socket, sock_diag on loopback TCP): owner is the user name and\n"
+    "-- owner_uid the uid at submission. NULL for jobs submitted before this migration or from a\n"
+    "-- connection without identity (shown as \"unknown\"; only admins may cancel or delete them).\n"
+    "\n"
+    "ALTER TABLE jobs ADD COLUMN owner TEXT;\n"
+    "ALTER TABLE jobs ADD COLUMN owner_uid INTEGER;\n"
+    "CREATE INDEX jobs_owner ON jobs (owner, state);\n";
+
 static const tq_migration migrations[] = {
     { 1, "0001_init.sql", m0001_init },
     { 2, "0002_placement.sql", m0002_placement },
     { 3, "0003_interruptions.sql", m0003_interruptions },
+    { 4, "0004_owners.sql", m0004_owners },
 };
 
 const tq_migration *tq_migrations(int *count) {

@@ -14,7 +14,7 @@ enum {
     Q_EVALS, Q_STATE, Q_CANCEL_QUEUED, Q_CANCEL_RUNNING, Q_CANCEL_FLAG, Q_DELETE, Q_PROGRESS,
     Q_CKPT, Q_FINISH, Q_REQUEUE, Q_RECOVER_FAIL, Q_RECOVER_QUEUE, Q_EVENT, Q_EVENT_STATE,
     Q_EVENTS, Q_RECOVER_LIST, Q_BEGIN_READ, Q_END_READ, Q_EXISTS, Q_TOMBSTONE, Q_QUEUED,
-    Q_CLAIM_JOB, Q_FAIL_QUEUED,
+    Q_CLAIM_JOB, Q_FAIL_QUEUED, Q_LIST_OWNED, Q_QUEUED_FAIR, Q_USERS,
 };
 
 /* The job columns, then its queue position, then the latest step's columns. */
@@ -26,7 +26,7 @@ enum {
     "AND (q.priority > j.priority OR (q.priority = j.priority AND q.id <= j.id))) ELSE 0 END, " \
     "s.step, s.epoch, s.loss, s.lr, s.loss_scale, s.skipped, s.step_ms, s.samples_per_s, "      \
     "s.mem_allocated_bytes, s.mem_peak_bytes, s.mem_reserved_bytes, s.device_used_bytes, s.time, " \
-    "j.planned_cpu_bytes, j.planned_gpu_bytes, j.threads, j.interruptions "
+    "j.planned_cpu_bytes, j.planned_gpu_bytes, j.threads, j.interruptions, j.owner, j.owner_uid "
 #define JOB_FROM                                                                              \
     "FROM jobs j LEFT JOIN steps s ON s.job_id = j.id AND s.step = "                          \
     "(SELECT max(step) FROM steps WHERE job_id = j.id) "
@@ -116,6 +116,8 @@ static int read_job(sqlite3_stmt *st, tq_job *j) {
     j->planned_gpu_bytes = int_col(st, 33, -1);
     j->threads = (int)int_col(st, 34, 0);
     j->interruptions = (int)int_col(st, 35, 0);
+    copy_col(st, 36, j->owner, sizeof j->owner);
+    j->owner_uid = int_col(st, 37, -1);
     if (!j->spec) return TQ_STORE_ERR;   /* NOT NULL column: only OOM gets here */
     return TQ_STORE_OK;
 }
@@ -192,6 +194,12 @@ int64_t tq_queue_find_submission(tq_store *s, const char *sub) {
 
 int tq_queue_submit(tq_store *s, const char *name, const char *spec_json, int priority,
                     const char *sub, const tq_job_plan *plan, int64_t *id, int *existed) {
+    return tq_queue_submit_as(s, name, spec_json, priority, sub, plan, NULL, -1, id, existed);
+}
+
+int tq_queue_submit_as(tq_store *s, const char *name, const char *spec_json, int priority,
+                       const char *sub, const tq_job_plan *plan, const char *owner, int64_t owner_uid,
+                       int64_t *id, int *existed) {
     int64_t planned = plan ? plan->peak_bytes : -1;
     s->err[0] = 0;
     if (existed) *existed = 0;
@@ -210,8 +218,8 @@ int tq_queue_submit(tq_store *s, const char *name, const char *spec_json, int pr
     sqlite3_stmt *st;
     if (tq__stmt(s, Q_INSERT,
                  "INSERT INTO jobs (id, name, state, spec, priority, submission_id, created_at, "
-                 "planned_peak_bytes, planned_cpu_bytes, planned_gpu_bytes) VALUES (" TQ_NEXT_JOB_ID
-                 ", ?1, 'queued', ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+                 "planned_peak_bytes, planned_cpu_bytes, planned_gpu_bytes, owner, owner_uid) VALUES ("
+                 TQ_NEXT_JOB_ID ", ?1, 'queued', ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
                  &st))
         goto fail;
     sqlite3_bind_text(st, 1, name ? name : "", -1, SQLITE_TRANSIENT);
@@ -226,6 +234,10 @@ int tq_queue_submit(tq_store *s, const char *name, const char *spec_json, int pr
     else sqlite3_bind_null(st, 7);
     if (plan && plan->gpu_bytes >= 0) sqlite3_bind_int64(st, 8, plan->gpu_bytes);
     else sqlite3_bind_null(st, 8);
+    if (owner && owner[0]) sqlite3_bind_text(st, 9, owner, -1, SQLITE_TRANSIENT);
+    else sqlite3_bind_null(st, 9);
+    if (owner && owner[0] && owner_uid >= 0) sqlite3_bind_int64(st, 10, owner_uid);
+    else sqlite3_bind_null(st, 10);
     if (done(s, st, "submit")) goto fail;
     int64_t rowid = sqlite3_last_insert_rowid(s->db);
     if (state_event(s, rowid)) goto fail;
@@ -291,17 +303,30 @@ fail:
     return TQ_STORE_ERR;
 }
 
+/* device milliseconds of job j overlapping [?W, ?N]: from its first start to its end (or now) */
+#define USE_MS(lo) "max(0, min(coalesce(finished_at, ?2), ?2) - max(started_at, " lo "))"
+
 int tq_queue_queued(tq_store *s, int max, tq_queued **out, int *n) {
+    return tq_queue_queued_fair(s, max, 0, out, n);
+}
+
+int tq_queue_queued_fair(tq_store *s, int max, int64_t window_ms, tq_queued **out, int *n) {
     s->err[0] = 0;
     *out = NULL; *n = 0;
     if (max < 1) return tq__set_err(s, "queued: max must be ≥ 1");
     sqlite3_stmt *st;
     if (tq__stmt(s, Q_QUEUED,
+                 "WITH usage AS (SELECT coalesce(owner, '') AS who, sum(" USE_MS("?2 - ?3") ") AS ms "
+                 "FROM jobs WHERE started_at IS NOT NULL GROUP BY who) "
                  "SELECT id, priority, created_at, coalesce(json_extract(spec, '$.device'), 'auto'), "
-                 "coalesce(json_extract(spec, '$.threads'), 0), planned_cpu_bytes, planned_gpu_bytes "
-                 "FROM jobs WHERE state = 'queued' ORDER BY priority DESC, id LIMIT ?1", &st))
+                 "coalesce(json_extract(spec, '$.threads'), 0), planned_cpu_bytes, planned_gpu_bytes, "
+                 "coalesce(owner, '') FROM jobs LEFT JOIN usage ON usage.who = coalesce(jobs.owner, '') "
+                 "WHERE state = 'queued' ORDER BY priority DESC, CASE WHEN ?3 > 0 THEN coalesce(usage.ms, 0) "
+                 "ELSE 0 END, id LIMIT ?1", &st))
         return TQ_STORE_ERR;
     sqlite3_bind_int(st, 1, max);
+    sqlite3_bind_int64(st, 2, tq__now_ms());
+    sqlite3_bind_int64(st, 3, window_ms > 0 ? window_ms : 0);
     tq_queued *v = calloc((size_t)max, sizeof *v);
     int k = 0, rc = SQLITE_NOMEM;
     while (v && (rc = sqlite3_step(st)) == SQLITE_ROW) {
@@ -313,12 +338,48 @@ int tq_queue_queued(tq_store *s, int max, tq_queued **out, int *n) {
         q->threads = sqlite3_column_int(st, 4);
         q->cpu_bytes = int_col(st, 5, -1);
         q->gpu_bytes = int_col(st, 6, -1);
+        copy_col(st, 7, q->owner, sizeof q->owner);
     }
     sqlite3_reset(st);
     if (rc != SQLITE_DONE) {
         free(v);
         return rc == SQLITE_NOMEM ? tq__set_err(s, "queued: out of memory") : tq__sql_err(s, "queued");
     }
+    *out = v; *n = k;
+    return TQ_STORE_OK;
+}
+
+int tq_queue_users(tq_store *s, int64_t window_ms, tq_user_usage **out, int *n) {
+    s->err[0] = 0;
+    *out = NULL; *n = 0;
+    sqlite3_stmt *st;
+    if (tq__stmt(s, Q_USERS,
+                 "SELECT coalesce(owner, ''), max(owner_uid), sum(state = 'queued'), sum(state = 'running'), "
+                 "sum(CASE WHEN started_at IS NULL THEN 0 ELSE " USE_MS("?2 - ?1") " END), "
+                 "sum(CASE WHEN started_at IS NULL THEN 0 ELSE " USE_MS("started_at") " END) "
+                 "FROM jobs GROUP BY coalesce(owner, '') ORDER BY 1", &st))
+        return TQ_STORE_ERR;
+    sqlite3_bind_int64(st, 1, window_ms > 0 ? window_ms : 0);
+    sqlite3_bind_int64(st, 2, tq__now_ms());
+    int cap = 16, k = 0, rc;
+    tq_user_usage *v = malloc((size_t)cap * sizeof *v);
+    while (v && (rc = sqlite3_step(st)) == SQLITE_ROW) {
+        if (k == cap) {
+            tq_user_usage *nv = realloc(v, (size_t)(cap *= 2) * sizeof *v);
+            if (!nv) { free(v); v = NULL; break; }
+            v = nv;
+        }
+        tq_user_usage *u = &v[k++];
+        copy_col(st, 0, u->owner, sizeof u->owner);
+        u->owner_uid = int_col(st, 1, -1);
+        u->queued = sqlite3_column_int(st, 2);
+        u->running = sqlite3_column_int(st, 3);
+        u->window_s = sqlite3_column_double(st, 4) / 1000.0;
+        u->total_s = sqlite3_column_double(st, 5) / 1000.0;
+    }
+    sqlite3_reset(st);
+    if (!v) return tq__set_err(s, "users: out of memory");
+    if (rc != SQLITE_DONE) { free(v); return tq__sql_err(s, "users"); }
     *out = v; *n = k;
     return TQ_STORE_OK;
 }
@@ -367,11 +428,23 @@ int tq_queue_get(tq_store *s, int64_t id, tq_job *job) {
 
 int tq_queue_list(tq_store *s, const char *state, int64_t before, int limit, tq_job **jobs,
                   int *n, int64_t *next) {
+    return tq_queue_list_owned(s, state, NULL, before, limit, jobs, n, next);
+}
+
+int tq_queue_list_owned(tq_store *s, const char *state, const char *owner, int64_t before, int limit,
+                        tq_job **jobs, int *n, int64_t *next) {
     s->err[0] = 0;
     *jobs = NULL; *n = 0; *next = 0;
     if (limit < 1 || limit > 1000) return tq__set_err(s, "list: limit must be 1…1000");
     sqlite3_stmt *st;
-    if (state) {
+    if (owner) {
+        if (tq__stmt(s, Q_LIST_OWNED, "SELECT " JOB_COLS JOB_FROM "WHERE (?1 IS NULL OR j.state = ?1) AND "
+                     "CASE WHEN ?4 = '' THEN j.owner IS NULL ELSE j.owner = ?4 END AND j.id < ?2 "
+                     "ORDER BY j.id DESC LIMIT ?3", &st)) return TQ_STORE_ERR;
+        if (state) sqlite3_bind_text(st, 1, state, -1, SQLITE_TRANSIENT);
+        else sqlite3_bind_null(st, 1);
+        sqlite3_bind_text(st, 4, owner, -1, SQLITE_TRANSIENT);
+    } else if (state) {
         if (tq__stmt(s, Q_LIST_STATE, "SELECT " JOB_COLS JOB_FROM "WHERE j.state = ?1 AND j.id < ?2 "
                      "ORDER BY j.id DESC LIMIT ?3", &st)) return TQ_STORE_ERR;
         sqlite3_bind_text(st, 1, state, -1, SQLITE_TRANSIENT);

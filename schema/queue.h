@@ -52,6 +52,8 @@ typedef struct {
     int64_t planned_cpu_bytes, planned_gpu_bytes;   /* placement's planned peaks; < 0 unknown */
     int threads;             /* CPU threads its worker was given; 0 unknown or a GPU */
     int interruptions;       /* times the daemon stopped or died under it (requeued) */
+    char owner[64];          /* the submitter's user name; "" unknown */
+    int64_t owner_uid;       /* -1 unknown */
 } tq_job;
 
 /* What a job plans, as submission records it: peak_bytes the training memory (the plan's
@@ -65,7 +67,16 @@ typedef struct {
     int priority, threads;
     char device[32];         /* the spec's device */
     int64_t cpu_bytes, gpu_bytes;   /* < 0 unknown (a job from before migration 2) */
+    char owner[64];          /* "" unknown */
 } tq_queued;
+
+/* A user's jobs and device time (tq_queue_users). owner "" for jobs without an owner. */
+typedef struct {
+    char owner[64];
+    int64_t owner_uid;       /* -1 unknown */
+    int queued, running;
+    double window_s, total_s;   /* device seconds in the fair-share window / ever */
+} tq_user_usage;
 
 void tq_job_free(tq_job *);
 void tq_jobs_free(tq_job *, int n);
@@ -76,6 +87,10 @@ void tq_jobs_free(tq_job *, int n);
 int tq_queue_submit(tq_store *, const char *name, const char *spec_json, int priority,
                     const char *submission_id, const tq_job_plan *plan, int64_t *id,
                     int *existed);
+/* tq_queue_submit with the submitter: owner (a user name; NULL or "" unknown) and its uid. */
+int tq_queue_submit_as(tq_store *, const char *name, const char *spec_json, int priority,
+                       const char *submission_id, const tq_job_plan *plan, const char *owner,
+                       int64_t owner_uid, int64_t *id, int *existed);
 /* The id of the job holding submission_id: > 0, or 0 for none. */
 int64_t tq_queue_find_submission(tq_store *, const char *submission_id);
 
@@ -90,6 +105,13 @@ int tq_queue_claim(tq_store *, const char *device, int64_t *id, tq_job *job);
 int tq_queue_claim_job(tq_store *, int64_t id, const char *device, int threads);
 /* The queued jobs in queue order (priority DESC, id), at most max. *out malloc'd; free() it. */
 int tq_queue_queued(tq_store *, int max, tq_queued **out, int *n);
+/* The same in fair-share order: priority DESC, then the owner's device seconds over the last
+ * window_ms (least first; jobs without an owner count as one user), then id. */
+int tq_queue_queued_fair(tq_store *, int max, int64_t window_ms, tq_queued **out, int *n);
+/* Every owner with a job in the database: queued and running counts, device seconds in the
+ * last window_ms and ever (from each job's started_at to finished_at, or now while running).
+ * Sorted by owner. *out malloc'd; free() it. */
+int tq_queue_users(tq_store *, int64_t window_ms, tq_user_usage **out, int *n);
 /* A queued job to 'failed' with code/message (one that can never start). 1 done, 0 when it
  * is no longer queued. */
 int tq_queue_fail_queued(tq_store *, int64_t id, const char *code, const char *msg);
@@ -100,6 +122,9 @@ int tq_queue_get(tq_store *, int64_t id, tq_job *job);
  * *next = the id to pass as before for the next page, 0 when this is the last page. */
 int tq_queue_list(tq_store *, const char *state, int64_t before, int limit, tq_job **jobs,
                   int *n, int64_t *next);
+/* The same, only the jobs of owner (NULL: anyone; "": jobs without an owner). */
+int tq_queue_list_owned(tq_store *, const char *state, const char *owner, int64_t before, int limit,
+                        tq_job **jobs, int *n, int64_t *next);
 /* 1-based position of a queued job (0 when not queued). */
 int64_t tq_queue_position(tq_store *, int64_t id);
 /* Jobs by state: counts[s] for each tq_job_state s (train/codes.h). */

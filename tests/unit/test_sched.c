@@ -35,10 +35,11 @@ static tq_sched_job job(int64_t id, const char *want, long long need, double wai
     j.need_cpu = need;
     j.need_gpu = need + 100 * MB;   /* a GPU adds its context and workspace bound */
     j.waited_s = waited;
+    j.user = -1;
     return j;
 }
 
-static const tq_sched_policy POL = { 600 };
+static const tq_sched_policy POL = { .backfill_window_s = 600 };
 
 static void test_fit_and_no_fit(void **st) {
     (void)st;
@@ -127,7 +128,7 @@ static void test_reserve_and_driver_free(void **st) {
 static void test_backfill_window(void **st) {
     (void)st;
     /* a big job that has waited 5 s, window 10 s: smaller jobs behind it start */
-    tq_sched_policy pol = { 10 };
+    tq_sched_policy pol = { .backfill_window_s = 10 };
     tq_sched_dev d[1] = { dev("cpu", 100 * MB, 60 * MB, 1, 3) };
     tq_sched_job q[3] = { job(1, "cpu", 80 * MB, 5), job(2, "cpu", 20 * MB, 1), job(3, "cpu", 10 * MB, 0) };
     tq_sched_out o[3];
@@ -157,7 +158,7 @@ static void test_backfill_window(void **st) {
     assert_int_equal(g[0].held_by, 0);
     assert_int_equal(o[1].dev, 1);
     /* a negative window never holds */
-    tq_sched_policy never = { -1 };
+    tq_sched_policy never = { .backfill_window_s = -1 };
     tq_sched_dev h[1] = { dev("cpu", 100 * MB, 60 * MB, 1, 3) };
     assert_int_equal(tq_sched_place(h, 1, q, 3, &never, o), 2);
 }
@@ -222,8 +223,30 @@ static void test_device_resolver(void **st) {
     assert_int_equal(idx[0], 1);
 }
 
+/* max_running_per_user: an owner at the cap waits (user_limit) and holds nothing; the others'
+ * jobs behind it start; placing counts against the owner within the same round */
+static void test_per_user_cap(void **st) {
+    (void)st;
+    int running[2] = { 1, 0 };   /* user 0 runs one job already */
+    tq_sched_policy pol = { .backfill_window_s = 0.001, .max_per_user = 1, .user_running = running };
+    tq_sched_dev d[1] = { dev("cpu", 100 * MB, 10 * MB, 1, 4) };
+    tq_sched_job q[4] = { job(1, "cpu", 10 * MB, 100), job(2, "cpu", 10 * MB, 50), job(3, "cpu", 10 * MB, 40),
+                          job(4, "cpu", 10 * MB, 0) };
+    q[0].user = 0; q[1].user = 1; q[2].user = 1; q[3].user = -1;
+    tq_sched_out o[4];
+    assert_int_equal(tq_sched_place(d, 1, q, 4, &pol, o), 2);
+    assert_int_equal(o[0].wait, TQ_WAIT_USER);        /* waited long, but holds no device */
+    assert_int_equal(d[0].held_by, -1);
+    assert_int_equal(o[1].wait, TQ_WAIT_NONE);
+    assert_int_equal(o[2].wait, TQ_WAIT_USER);        /* user 1 reached the cap in this round */
+    assert_int_equal(o[3].wait, TQ_WAIT_NONE);        /* no owner: no cap */
+    assert_int_equal(running[1], 1);
+    assert_string_equal(tq_wait_name(TQ_WAIT_USER), "user_limit");
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_per_user_cap),
         cmocka_unit_test(test_fit_and_no_fit),
         cmocka_unit_test(test_spec_threads_kept),
         cmocka_unit_test(test_several_devices_spread_and_prefer_gpu),

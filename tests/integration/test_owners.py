@@ -1,0 +1,122 @@
+"""Owners (issue 15): every job belongs to the user who submitted it, known from the kernel
+(sock_diag on loopback TCP) — no passwords. The test sends requests as other local users
+(`daemon`, uid 1, and `nobody`, uid 65534) from child processes that drop root; it needs root
+and skips with the reason otherwise."""
+import json
+import os
+import socket
+import subprocess
+import sys
+
+import pytest
+
+from test_daemon import make_daemon  # noqa: F401 (fixture)
+
+USERS = {"daemon": 1, "nobody": 65534}
+
+# A tiny client run as another uid: one HTTP request over loopback TCP, the answer as JSON.
+CLIENT = r"""
+import http.client, json, os, sys
+uid, port, method, path, body = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5]
+os.setgroups([]); os.setgid(uid); os.setuid(uid)
+c = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+c.request(method, path, body=body.encode() if body else None,
+          headers={"Content-Type": "application/json", "Host": "127.0.0.1"})
+r = c.getresponse()
+print(json.dumps({"status": r.status, "body": r.read().decode()}))
+"""
+
+
+def as_user(d, user, method, path, body=None):
+    out = subprocess.run([sys.executable, "-c", CLIENT, str(USERS[user]), str(d.port), method, path,
+                          json.dumps(body) if body is not None else ""],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    r = json.loads(out.stdout)
+    try:
+        r["json"] = json.loads(r["body"]) if r["body"] else None
+    except ValueError:
+        r["json"] = None
+    return r
+
+
+def spec(**kw):
+    s = {"model": "cnn", "dataset": "synthetic", "device": "cpu", "threads": 1, "batch_size": 16,
+         "steps": 100000, "shuffle": False, "eval_every": 0,
+         "synthetic": {"train": 256, "test": 32, "height": 8, "width": 8, "channels": 1}}
+    s.update(kw)
+    return s
+
+
+@pytest.fixture
+def root():
+    if os.geteuid() != 0:
+        pytest.skip("the owner tests switch users: they need root")
+
+
+def test_owner_from_the_kernel_and_who_may_cancel(root, make_daemon):
+    d = make_daemon(args=["--max-jobs-per-device", "2"])
+    a = as_user(d, "daemon", "POST", "/v1/jobs", spec(name="daemon's"))
+    assert a["status"] == 201, a
+    ja = a["json"]
+    assert ja["owner"] == "daemon" and ja["owner_uid"] == 1, ja
+    b = as_user(d, "nobody", "POST", "/v1/jobs", spec(name="nobody's"))
+    assert b["status"] == 201 and b["json"]["owner"] == "nobody", b
+    jb = b["json"]
+
+    # another user may not cancel it: 403 naming the owner; reading stays open
+    r = as_user(d, "nobody", "POST", "/v1/jobs/%d/cancel" % ja["id"], {})
+    assert r["status"] == 403 and r["json"]["error"]["code"] == "forbidden", r
+    assert "belongs to daemon" in r["json"]["error"]["message"] and "you are nobody" in r["json"]["error"]["message"]
+    assert as_user(d, "nobody", "GET", "/v1/jobs/%d" % ja["id"])["status"] == 200
+    # ?owner=me and ?owner=NAME
+    mine = as_user(d, "nobody", "GET", "/v1/jobs?owner=me")["json"]["jobs"]
+    assert [j["id"] for j in mine] == [jb["id"]]
+    assert [j["id"] for j in d.get("/v1/jobs?owner=daemon")["jobs"]] == [ja["id"]]
+    # the owner may; so may root (this test process)
+    assert as_user(d, "daemon", "POST", "/v1/jobs/%d/cancel" % ja["id"], {})["status"] == 200
+    assert d.request("POST", "/v1/jobs/%d/cancel" % jb["id"], {}).status == 200
+    d.wait_state(ja["id"], "cancelled")
+    d.wait_state(jb["id"], "cancelled")
+    r = as_user(d, "nobody", "DELETE", "/v1/jobs/%d" % ja["id"])
+    assert r["status"] == 403, r
+    assert as_user(d, "daemon", "DELETE", "/v1/jobs/%d" % ja["id"])["status"] == 204
+
+    # the users' table
+    users = {u["user"]: u for u in d.get("/v1/users")["users"]}
+    assert set(users) == {"nobody"} and users["nobody"]["uid"] == 65534, users
+    assert 'trainq_user_device_seconds_total{user="nobody"}' in d.get("/metrics").body.decode()
+
+
+def test_files_are_read_for_the_submitter(root, make_daemon, tmp_path):
+    d = make_daemon()
+    secret = tmp_path / "secret"
+    secret.mkdir(mode=0o700)
+    weights = secret / "w.safetensors"
+    weights.write_bytes(b"x")
+    r = as_user(d, "nobody", "POST", "/v1/jobs", spec(steps=2, init_from=str(weights)))
+    assert r["status"] == 403, r
+    e = r["json"]["error"]
+    assert e["code"] == "forbidden" and e["field"] == "init_from" and str(secret) in e["message"], e
+    # through a symlink the user may read, to a file it may not: still refused
+    link = tmp_path / "link"
+    os.symlink(weights, link)
+    r = as_user(d, "nobody", "POST", "/v1/jobs", spec(steps=2, init_from=str(link)))
+    assert r["status"] == 403 and r["json"]["error"]["field"] == "init_from", r
+
+
+def test_private_jobs_and_per_user_cap(root, make_daemon):
+    d = make_daemon(args=["--private-jobs", "true", "--max-running-per-user", "1", "--max-jobs-per-device", "3"])
+    ids = [as_user(d, "daemon", "POST", "/v1/jobs", spec(name="d%d" % i))["json"]["id"] for i in range(2)]
+    other = as_user(d, "nobody", "POST", "/v1/jobs", spec(name="n"))["json"]["id"]
+    # private: nobody cannot read daemon's job, and lists only its own
+    r = as_user(d, "nobody", "GET", "/v1/jobs/%d" % ids[0])
+    assert r["status"] == 403 and "belongs to daemon" in r["json"]["error"]["message"], r
+    assert [j["id"] for j in as_user(d, "nobody", "GET", "/v1/jobs")["json"]["jobs"]] == [other]
+    # one running job per user: daemon's second waits with user_limit while nobody's runs
+    d.wait_state(other, "running", timeout=60)
+    d.wait_state(ids[0], "running", timeout=60)
+    j = d.job(ids[1])
+    assert j["state"] == "queued" and j["waiting_for"]["reason"] == "user_limit", j
+    for i in ids + [other]:
+        d.request("POST", "/v1/jobs/%d/cancel" % i, {})
