@@ -44,7 +44,7 @@ def test_unit_keeps_its_promises():
     assert exec_start[:2] == [INSTALLED_BIN, "serve"]
     # only options that `trainq serve` accepts (CONTRACT.md)
     opts = [a for a in exec_start[2:] if a.startswith("--")]
-    assert set(opts) <= {"--db", "--listen", "--devices", "--config"}, opts
+    assert set(opts) <= {"--db", "--listen", "--devices", "--config", "--socket"}, opts
     assert exec_start[exec_start.index("--db") + 1].startswith("/var/lib/trainq/")
     assert one("StateDirectory") == "trainq"
     assert one("User") == "trainq" and one("Group") == "trainq" and one("DynamicUser") is None
@@ -58,7 +58,8 @@ def test_unit_keeps_its_promises():
         assert dev in allowed
     assert one("ProtectSystem") == "strict" and one("NoNewPrivileges") == "yes"
     assert one("PrivateTmp") == "yes" and one("ProtectHome") in ("yes", "read-only")
-    assert set(one("RestrictAddressFamilies").split()) == {"AF_INET", "AF_INET6", "AF_UNIX"}
+    assert set(one("RestrictAddressFamilies").split()) == {"AF_INET", "AF_INET6", "AF_UNIX", "AF_NETLINK"}
+    assert one("RuntimeDirectory") == "trainq"
     assert values(d, "Install", "WantedBy") == ["multi-user.target"]
 
 
@@ -72,7 +73,8 @@ def test_config_example_is_key_value_lines():
         k, _, v = s.partition("=")
         keys[k.strip()] = v.strip()
     assert set(keys) <= {"listen", "devices", "db", "allowed_hosts", "threads", "max_jobs_per_device",
-                         "gpu_reserve_mb", "cpu_memory_mb", "backfill_window"}
+                         "gpu_reserve_mb", "cpu_memory_mb", "backfill_window", "socket", "fair_share_window",
+                         "max_running_per_user", "admin_group", "private_jobs", "allow_remote_writes"}
     assert keys["listen"] == "127.0.0.1:8470" and keys["devices"] == "auto"
 
 
