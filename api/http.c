@@ -16,6 +16,8 @@
  * access handler is answered as {"error":{...}}. */
 #include "internal.h"
 #include "utf8.h"
+#include <sys/stat.h>
+#include <sys/un.h>
 
 #include <arpa/inet.h>
 #include <ctype.h>
@@ -514,12 +516,57 @@ static char *dupz(const char *s) { return s ? strdup(s) : strdup(""); }
 static void api_free(tq_api *a) {
     if (!a) return;
     free(a->host); free(a->db_path); free(a->jobs_dir); free(a->devices); free(a->allowed_hosts);
-    free(a->cuda); free(a->gpus); free(a->admin_group);
+    free(a->cuda); free(a->gpus); free(a->admin_group); free(a->socket_path);
     for (size_t i = 0; i < sizeof a->plans / sizeof a->plans[0]; i++) free(a->plans[i].key);
     pthread_mutex_destroy(&a->sse_mu);
     pthread_mutex_destroy(&a->plan_mu);
     pthread_key_delete(a->store_key);
     free(a);
+}
+
+/* The unix socket: every local user may connect (mode 0666), and SO_PEERCRED tells who did
+ * (peer.h). A stale socket file from a daemon that died is replaced; any other file at the path
+ * is not touched. Served by a second libmicrohttpd daemon on the same handlers. 0 ok. */
+static int listen_unix(tq_api *a, const char *path, unsigned threads, char *err, size_t errlen) {
+    struct sockaddr_un sa = { .sun_family = AF_UNIX };
+    if (strlen(path) >= sizeof sa.sun_path) {
+        snprintf(err, errlen, "--socket %s: the path is longer than %zu bytes", path, sizeof sa.sun_path - 1);
+        return -1;
+    }
+    memcpy(sa.sun_path, path, strlen(path) + 1);
+    struct stat st;
+    if (lstat(path, &st) == 0) {
+        if (!S_ISSOCK(st.st_mode)) {
+            snprintf(err, errlen, "--socket %s: a file that is not a socket is in the way", path);
+            return -1;
+        }
+        unlink(path);   /* a stale socket (the lock on the database says no daemon uses it) */
+    }
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0 || bind(fd, (struct sockaddr *)&sa, sizeof sa) || chmod(path, 0666) || listen(fd, 128)) {
+        snprintf(err, errlen, "--socket %s: %s", path, strerror(errno));
+        if (fd >= 0) close(fd);
+        return -1;
+    }
+    a->mhd_unix = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG |
+                                   MHD_USE_AUTO, 0, NULL, NULL, access_cb, a,
+                                   MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL,
+                                   MHD_OPTION_LISTEN_SOCKET, fd,
+                                   MHD_OPTION_THREAD_POOL_SIZE, (unsigned)(threads ? threads : 4),
+                                   MHD_OPTION_CONNECTION_LIMIT, (unsigned)1000,
+                                   MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)30,
+                                   MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(128 * 1024),
+                                   MHD_OPTION_NOTIFY_COMPLETED, completed_cb, a,
+                                   MHD_OPTION_URI_LOG_CALLBACK, uri_cb, a,
+                                   MHD_OPTION_END);
+    if (!a->mhd_unix) {
+        snprintf(err, errlen, "--socket %s: libmicrohttpd refused to serve it", path);
+        close(fd);
+        unlink(path);
+        return -1;
+    }
+    a->socket_path = strdup(path);
+    return 0;
 }
 
 tq_api *tq_api_start(const tq_api_config *cfg, char *err, size_t errlen) {
@@ -578,6 +625,11 @@ tq_api *tq_api_start(const tq_api_config *cfg, char *err, size_t errlen) {
         api_free(a);
         return NULL;
     }
+    if (cfg->socket_path && cfg->socket_path[0] && listen_unix(a, cfg->socket_path, cfg->threads, err, errlen)) {
+        MHD_stop_daemon(a->mhd);
+        api_free(a);
+        return NULL;
+    }
     if (tq_sse_start(a)) {
         snprintf(err, errlen, "cannot start the event-stream thread");
         MHD_stop_daemon(a->mhd);
@@ -590,8 +642,11 @@ tq_api *tq_api_start(const tq_api_config *cfg, char *err, size_t errlen) {
 void tq_api_stop(tq_api *a) {
     if (!a) return;
     MHD_quiesce_daemon(a->mhd);   /* stop accepting */
+    if (a->mhd_unix) MHD_quiesce_daemon(a->mhd_unix);
     tq_sse_stop(a);               /* resume and end every stream */
     tq_log_follow_stop(a);        /* and every log follower */
     MHD_stop_daemon(a->mhd);
+    if (a->mhd_unix) MHD_stop_daemon(a->mhd_unix);
+    if (a->socket_path) unlink(a->socket_path);
     api_free(a);
 }

@@ -15,6 +15,8 @@ typedef struct tq_sse tq_sse;
 
 struct tq_api {
     struct MHD_Daemon *mhd;
+    struct MHD_Daemon *mhd_unix; /* the unix socket's listener (NULL none) */
+    char *socket_path;           /* its path, removed at stop */
     char *host, *db_path, *jobs_dir, *devices, *allowed_hosts, *cuda;
     tq_api_gpu *gpus;            /* the probe's GPUs (ngpus of them) */
     int ngpus;

@@ -50,6 +50,7 @@
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -1104,6 +1105,11 @@ int tq_cmd_serve(int argc, char **argv) {
     if (cfg.socket[0]) snprintf(sock, sizeof sock, "%s", cfg.socket);
     else snprintf(sock, sizeof sock, "%s/trainq.sock", dir);
     int no_sock = !strcmp(sock, "none");
+    if (!cfg.socket[0] && strlen(sock) >= sizeof(((struct sockaddr_un *)0)->sun_path)) {
+        fprintf(stderr, "trainq serve: no unix socket: the default path %s is longer than a socket path may be "
+                        "(give --socket PATH)\n", sock);
+        no_sock = 1;
+    }
     if (!is_loopback_host(host))
         fprintf(stderr, "trainq serve: warning: listening on %s, beyond loopback: connections from other hosts "
                         "have no identity and are %s\n", host,
@@ -1119,8 +1125,9 @@ int tq_cmd_serve(int argc, char **argv) {
         tq_store_close(st); close(lock_fd);
         return 1;
     }
-    fprintf(stderr, "trainq serve: listening on http://%s%s%s:%u (database %s)\n", strchr(host, ':') ? "[" : "",
-            host, strchr(host, ':') ? "]" : "", port, cfg.db);
+    fprintf(stderr, "trainq serve: listening on http://%s%s%s:%u%s%s (database %s)\n", strchr(host, ':') ? "[" : "",
+            host, strchr(host, ':') ? "]" : "", port, no_sock ? "" : " and on the unix socket ", no_sock ? "" : sock,
+            cfg.db);
     tq_sd_notify("READY=1");
 
     long long wd_usec = tq_sd_watchdog_usec();

@@ -120,3 +120,44 @@ def test_private_jobs_and_per_user_cap(root, make_daemon):
     assert j["state"] == "queued" and j["waiting_for"]["reason"] == "user_limit", j
     for i in ids + [other]:
         d.request("POST", "/v1/jobs/%d/cancel" % i, {})
+
+
+SOCK_CLIENT = r"""
+import json, os, socket, sys
+uid, path, method, target = int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4]
+body = sys.argv[5].encode()
+os.setgroups([]); os.setgid(uid); os.setuid(uid)
+s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+s.settimeout(30)
+s.connect(path)
+head = "%s %s HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n" % (method, target, len(body))
+s.sendall(head.encode() + body)
+data = b""
+while True:
+    k = s.recv(65536)
+    if not k:
+        break
+    data += k
+head, _, rest = data.partition(b"\r\n\r\n")
+print(json.dumps({"status": int(head.split()[1]), "body": rest.decode(errors="replace")}))
+"""
+
+
+def test_unix_socket_identity(root, make_daemon, tmp_path):
+    sock = "/tmp/tq-test-%d.sock" % os.getpid()
+    d = make_daemon(args=["--socket", sock])
+    try:
+        st = os.stat(sock)
+        assert oct(st.st_mode & 0o777) == oct(0o666), oct(st.st_mode)
+        out = subprocess.run([sys.executable, "-c", SOCK_CLIENT, "65534", sock, "POST", "/v1/jobs",
+                              json.dumps(spec(steps=2, name="over the socket"))],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=60)
+        assert out.returncode == 0, out.stderr
+        r = json.loads(out.stdout)
+        assert r["status"] == 201, r
+        body = r["body"]
+        # a chunked or plain JSON body: the owner is nobody, from SO_PEERCRED
+        assert '"owner":"nobody"' in body and '"owner_uid":65534' in body, body
+    finally:
+        assert d.stop() == 0
+    assert not os.path.exists(sock), "the socket is removed when the daemon stops"
