@@ -222,6 +222,8 @@ static long long need_on(const tq_ledger_dev *d, long long plan) {
     return d->gpu ? plan + TQ_GPU_CONTEXT_BYTES + TQ_GPU_WORKSPACE_BOUND : plan;
 }
 
+static enum MHD_Result submit_planned(tq_ctx *c, tq_spec *sp, const tq_peer *peer, const char *inputs_json);
+
 enum MHD_Result tq_h_submit(tq_ctx *c) {
     CHECK_QUERY(c, no_params);
     const char *body = c->req->body ? c->req->body : "";
@@ -240,15 +242,40 @@ enum MHD_Result tq_h_submit(tq_ctx *c) {
      * merely by the daemon (a connection without identity counts as nobody) */
     uid_t as = peer.known ? peer.uid : (uid_t)65534;
     const struct { const char *path, *field; } files[2] = { { sp.data_dir, "data_dir" }, { sp.init_from, "init_from" } };
+    cJSON *inputs = cJSON_CreateArray();
     for (int k = 0; k < 2; k++) {
         if (!files[k].path[0]) continue;
         char real[4096], why[600];
-        if (tq_path_readable_by(files[k].path, as, real, sizeof real, why, sizeof why) == 0) continue;
+        if (tq_path_readable_by(files[k].path, as, real, sizeof real, why, sizeof why) == 0) {
+            /* what the worker will open: the resolved path, and the inode the check saw */
+            struct stat fst;
+            if (stat(real, &fst) == 0) {
+                cJSON *e = cJSON_CreateObject();
+                cJSON_AddStringToObject(e, "field", files[k].field);
+                cJSON_AddStringToObject(e, "path", real);
+                cJSON_AddNumberToObject(e, "dev", (double)fst.st_dev);
+                cJSON_AddNumberToObject(e, "ino", (double)fst.st_ino);
+                cJSON_AddItemToArray(inputs, e);
+            }
+            continue;
+        }
         if (access(files[k].path, F_OK) != 0 && k == 0) break;   /* missing data: the planner names it (400) */
+        cJSON_Delete(inputs);
         return tq_send_error(c, MHD_HTTP_FORBIDDEN, "forbidden", files[k].field, "%s %s: %s", files[k].field,
                              peer.known ? "must be readable by the submitting user" : "must be readable by anyone "
                              "(this connection has no identity)", why);
     }
+    char *inputs_json = cJSON_PrintUnformatted(inputs);
+    cJSON_Delete(inputs);
+    enum MHD_Result r = submit_planned(c, &sp, &peer, inputs_json);
+    cJSON_free(inputs_json);
+    return r;
+}
+
+/* the rest of a submission, once the caller and its files are checked */
+static enum MHD_Result submit_planned(tq_ctx *c, tq_spec *spp, const tq_peer *pp, const char *inputs_json) {
+    tq_spec sp = *spp;
+    const tq_peer peer = *pp;
     tq_store *s = tq_api_store(c);
     if (!s) return NO_STORE(c);
     if (sp.submission_id[0]) {   /* idempotency before the (costly) plan */
@@ -335,7 +362,8 @@ enum MHD_Result tq_h_submit(tq_ctx *c) {
     int existed = 0;
     tq_job_plan plan = { total, need, need + TQ_GPU_CONTEXT_BYTES + TQ_GPU_WORKSPACE_BOUND };
     int rc = tq_queue_submit_as(s, sp.name, spec_json, sp.priority, sp.submission_id, &plan,
-                                peer.known ? peer.user : NULL, peer.known ? (int64_t)peer.uid : -1, &id, &existed);
+                                peer.known ? peer.user : NULL, peer.known ? (int64_t)peer.uid : -1,
+                                inputs_json && strcmp(inputs_json, "[]") ? inputs_json : NULL, &id, &existed);
     free(spec_json);
     if (rc) return tq_send_store_error(c, s, rc);
     return send_job(c, s, id, existed ? MHD_HTTP_OK : MHD_HTTP_CREATED);

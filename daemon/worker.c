@@ -24,6 +24,7 @@
 #include <string.h>
 #include <errno.h>
 #include <unistd.h>
+#include <sys/stat.h>
 
 #define CANCEL_POLL_MS 200
 
@@ -149,6 +150,32 @@ static int report_outcome(int fd, const tq_summary *sum, const char *summary_jso
     return rc;
 }
 
+/* The files submission checked for the job's owner (jobs.inputs): each must still be the same
+ * inode, and the spec is pointed at the resolved paths, so that a symlink swapped since cannot
+ * make the daemon read another file on the owner's behalf. 0 ok, else msg[] says which. */
+static int verify_inputs(const char *inputs, tq_spec *sp, char *msg, size_t n) {
+    if (!inputs) return 0;
+    cJSON *arr = cJSON_Parse(inputs), *e;
+    int rc = 0;
+    cJSON_ArrayForEach(e, arr) {
+        const char *field = cJSON_GetStringValue(cJSON_GetObjectItem(e, "field"));
+        const char *path = cJSON_GetStringValue(cJSON_GetObjectItem(e, "path"));
+        double dev = cJSON_GetNumberValue(cJSON_GetObjectItem(e, "dev")), ino = cJSON_GetNumberValue(cJSON_GetObjectItem(e, "ino"));
+        if (!field || !path) continue;
+        struct stat st;
+        if (stat(path, &st) || (double)st.st_dev != dev || (double)st.st_ino != ino) {
+            snprintf(msg, n, "%s %s is not the file submission checked for the job's owner (it was replaced or "
+                     "removed since): refused", field, path);
+            rc = -1;
+            break;
+        }
+        if (!strcmp(field, "data_dir")) snprintf(sp->data_dir, sizeof sp->data_dir, "%s", path);
+        else if (!strcmp(field, "init_from")) snprintf(sp->init_from, sizeof sp->init_from, "%s", path);
+    }
+    cJSON_Delete(arr);
+    return rc;
+}
+
 int tq_cmd_worker(int argc, char **argv) {
     const char *db_path = NULL, *device = NULL;
     long long id = 0, threads = 0, mem_limit = 0, report_fd = -1;
@@ -201,6 +228,15 @@ int tq_cmd_worker(int argc, char **argv) {
         finish(db, id, "failed", NULL, tq_error_name(TQ_ERR_INVALID_SPEC), msg);
         tq_store_close(db);
         return TQ_WORKER_FAILED;
+    }
+    {
+        char msg[TQ_PATH_MAX + 200];
+        if (verify_inputs(job.inputs, &sp, msg, sizeof msg)) {
+            tq_job_free(&job);
+            finish(db, id, "failed", NULL, tq_error_name(TQ_ERR_INPUT_CHANGED), msg);
+            tq_store_close(db);
+            return TQ_WORKER_FAILED;
+        }
     }
     /* the scheduler's placement: the device it chose (the job's "device" allowed it) and, on
      * the CPU, the cores it shares with the CPU jobs running beside it */

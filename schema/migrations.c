@@ -111,11 +111,20 @@ static const char m0004_owners[] =
     "ALTER TABLE jobs ADD COLUMN owner_uid INTEGER;\n"
     "CREATE INDEX jobs_owner ON jobs (owner, state);\n";
 
+static const char m0005_inputs[] =
+    "-- 0005_inputs.sql - the files a job reads on its submitter's behalf (issue 15): data_dir and\n"
+    "-- init_from as submission checked them, resolved (symlinks followed), with their device and\n"
+    "-- inode, as JSON [{\"field\",\"path\",\"dev\",\"ino\"}]. The worker opens the resolved paths and refuses\n"
+    "-- one whose inode changed since the check. NULL: nothing was checked (older jobs).\n"
+    "\n"
+    "ALTER TABLE jobs ADD COLUMN inputs TEXT CHECK (inputs IS NULL OR json_valid(inputs));\n";
+
 static const tq_migration migrations[] = {
     { 1, "0001_init.sql", m0001_init },
     { 2, "0002_placement.sql", m0002_placement },
     { 3, "0003_interruptions.sql", m0003_interruptions },
     { 4, "0004_owners.sql", m0004_owners },
+    { 5, "0005_inputs.sql", m0005_inputs },
 };
 
 const tq_migration *tq_migrations(int *count) {

@@ -26,7 +26,7 @@ enum {
     "AND (q.priority > j.priority OR (q.priority = j.priority AND q.id <= j.id))) ELSE 0 END, " \
     "s.step, s.epoch, s.loss, s.lr, s.loss_scale, s.skipped, s.step_ms, s.samples_per_s, "      \
     "s.mem_allocated_bytes, s.mem_peak_bytes, s.mem_reserved_bytes, s.device_used_bytes, s.time, " \
-    "j.planned_cpu_bytes, j.planned_gpu_bytes, j.threads, j.interruptions, j.owner, j.owner_uid "
+    "j.planned_cpu_bytes, j.planned_gpu_bytes, j.threads, j.interruptions, j.owner, j.owner_uid, j.inputs "
 #define JOB_FROM                                                                              \
     "FROM jobs j LEFT JOIN steps s ON s.job_id = j.id AND s.step = "                          \
     "(SELECT max(step) FROM steps WHERE job_id = j.id) "
@@ -118,6 +118,7 @@ static int read_job(sqlite3_stmt *st, tq_job *j) {
     j->interruptions = (int)int_col(st, 35, 0);
     copy_col(st, 36, j->owner, sizeof j->owner);
     j->owner_uid = int_col(st, 37, -1);
+    j->inputs = dup_col(st, 38);
     if (!j->spec) return TQ_STORE_ERR;   /* NOT NULL column: only OOM gets here */
     return TQ_STORE_OK;
 }
@@ -127,7 +128,8 @@ void tq_job_free(tq_job *j) {
     free(j->spec);
     free(j->summary);
     free(j->error_message);
-    j->spec = j->summary = j->error_message = NULL;
+    free(j->inputs);
+    j->spec = j->summary = j->error_message = j->inputs = NULL;
 }
 void tq_jobs_free(tq_job *j, int n) {
     for (int i = 0; j && i < n; i++) tq_job_free(&j[i]);
@@ -194,12 +196,12 @@ int64_t tq_queue_find_submission(tq_store *s, const char *sub) {
 
 int tq_queue_submit(tq_store *s, const char *name, const char *spec_json, int priority,
                     const char *sub, const tq_job_plan *plan, int64_t *id, int *existed) {
-    return tq_queue_submit_as(s, name, spec_json, priority, sub, plan, NULL, -1, id, existed);
+    return tq_queue_submit_as(s, name, spec_json, priority, sub, plan, NULL, -1, NULL, id, existed);
 }
 
 int tq_queue_submit_as(tq_store *s, const char *name, const char *spec_json, int priority,
                        const char *sub, const tq_job_plan *plan, const char *owner, int64_t owner_uid,
-                       int64_t *id, int *existed) {
+                       const char *inputs, int64_t *id, int *existed) {
     int64_t planned = plan ? plan->peak_bytes : -1;
     s->err[0] = 0;
     if (existed) *existed = 0;
@@ -218,8 +220,8 @@ int tq_queue_submit_as(tq_store *s, const char *name, const char *spec_json, int
     sqlite3_stmt *st;
     if (tq__stmt(s, Q_INSERT,
                  "INSERT INTO jobs (id, name, state, spec, priority, submission_id, created_at, "
-                 "planned_peak_bytes, planned_cpu_bytes, planned_gpu_bytes, owner, owner_uid) VALUES ("
-                 TQ_NEXT_JOB_ID ", ?1, 'queued', ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+                 "planned_peak_bytes, planned_cpu_bytes, planned_gpu_bytes, owner, owner_uid, inputs) VALUES ("
+                 TQ_NEXT_JOB_ID ", ?1, 'queued', ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
                  &st))
         goto fail;
     sqlite3_bind_text(st, 1, name ? name : "", -1, SQLITE_TRANSIENT);
@@ -238,6 +240,8 @@ int tq_queue_submit_as(tq_store *s, const char *name, const char *spec_json, int
     else sqlite3_bind_null(st, 9);
     if (owner && owner[0] && owner_uid >= 0) sqlite3_bind_int64(st, 10, owner_uid);
     else sqlite3_bind_null(st, 10);
+    if (inputs && inputs[0]) sqlite3_bind_text(st, 11, inputs, -1, SQLITE_TRANSIENT);
+    else sqlite3_bind_null(st, 11);
     if (done(s, st, "submit")) goto fail;
     int64_t rowid = sqlite3_last_insert_rowid(s->db);
     if (state_event(s, rowid)) goto fail;

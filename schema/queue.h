@@ -54,6 +54,7 @@ typedef struct {
     int interruptions;       /* times the daemon stopped or died under it (requeued) */
     char owner[64];          /* the submitter's user name; "" unknown */
     int64_t owner_uid;       /* -1 unknown */
+    char *inputs;            /* JSON [{field, path, dev, ino}] as submission checked them; NULL */
 } tq_job;
 
 /* What a job plans, as submission records it: peak_bytes the training memory (the plan's
@@ -90,7 +91,7 @@ int tq_queue_submit(tq_store *, const char *name, const char *spec_json, int pri
 /* tq_queue_submit with the submitter: owner (a user name; NULL or "" unknown) and its uid. */
 int tq_queue_submit_as(tq_store *, const char *name, const char *spec_json, int priority,
                        const char *submission_id, const tq_job_plan *plan, const char *owner,
-                       int64_t owner_uid, int64_t *id, int *existed);
+                       int64_t owner_uid, const char *inputs_json, int64_t *id, int *existed);
 /* The id of the job holding submission_id: > 0, or 0 for none. */
 int64_t tq_queue_find_submission(tq_store *, const char *submission_id);
 

@@ -37,6 +37,7 @@ typedef enum {
     X(IO_ERROR, io_error, "a record could not be written for another reason")                  \
     X(STORAGE_FULL, storage_full, "its steps or files could not be written: the filesystem is full") \
     X(STORAGE_ERROR, storage_error, "its steps or files could not be written (read-only, I/O error, a vanished directory)") \
+    X(INPUT_CHANGED, input_changed, "data_dir or init_from is no longer the file submission checked for its owner") \
     X(TIMEOUT, timeout, "it ran past timeout_s")                                               \
     X(WORKER_CRASHED, worker_crashed, "the worker died (signal or exit status in the message), or restarts without progress used up max_attempts")
 

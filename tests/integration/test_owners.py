@@ -161,3 +161,23 @@ def test_unix_socket_identity(root, make_daemon, tmp_path):
     finally:
         assert d.stop() == 0
     assert not os.path.exists(sock), "the socket is removed when the daemon stops"
+
+
+def test_a_file_replaced_after_the_check_is_refused(make_daemon, tmp_path):
+    """The worker opens the files submission checked, by their resolved paths, and refuses one
+    whose inode changed since (a path swapped between the check and the open)."""
+    import shutil
+    src = "/usr/share/datasets/fashion-mnist"
+    data = tmp_path / "fm"
+    shutil.copytree(src, data)
+    d = make_daemon()
+    blocker = d.submit(spec(name="blocker"))["id"]               # runs until cancelled
+    d.wait_state(blocker, "running", timeout=60)
+    jid = d.submit({"model": "mlp", "dataset": "fashion-mnist", "data_dir": str(data), "steps": 2,
+                    "train_subset": 256, "eval_subset": 64, "threads": 1, "device": "cpu"})["id"]
+    os.rename(data, tmp_path / "fm-old")                          # another directory at the same path
+    shutil.copytree(src, data)
+    assert d.request("POST", "/v1/jobs/%d/cancel" % blocker, {}).status == 200
+    j = d.wait_state(jid, ("failed", "succeeded"), timeout=120)
+    assert j["state"] == "failed" and j["error"]["code"] == "input_changed", j
+    assert str(data) in j["error"]["message"], j
