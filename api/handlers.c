@@ -145,16 +145,6 @@ static enum MHD_Result send_job(tq_ctx *c, tq_store *s, int64_t id, unsigned sta
 
 /* ---- POST /v1/jobs -------------------------------------------------------------------- */
 
-static long long mem_available(void) {
-    FILE *f = fopen("/proc/meminfo", "r");
-    if (!f) return -1;
-    char line[256];
-    long long kb = -1;
-    while (fgets(line, sizeof line, f))
-        if (sscanf(line, "MemAvailable: %lld kB", &kb) == 1) break;
-    fclose(f);
-    return kb < 0 ? -1 : kb * 1024;
-}
 
 /* The plan cache's key: the spec as the planner reads it (the same struct, rendered in full),
  * less the fields that cannot change a plan (labels, scheduling, the time limit). Any other
@@ -682,7 +672,7 @@ enum MHD_Result tq_h_devices(tq_ctx *c) {
             else cJSON_AddNullToObject(d, "driver_used_bytes");
             cJSON_AddNumberToObject(d, "reserve_bytes", (double)v->reserve_bytes);
         } else {
-            long long avail = mem_available();
+            long long avail = tq_host_mem_available();
             if (avail >= 0) cJSON_AddNumberToObject(d, "memory_free_bytes", (double)avail);
             else cJSON_AddNullToObject(d, "memory_free_bytes");
             cJSON_AddNumberToObject(d, "threads", v->cores);

@@ -239,16 +239,6 @@ static int parse_duration(const char *s, double *out) {
     return 0;
 }
 
-static long long meminfo_available(void) {
-    FILE *f = fopen("/proc/meminfo", "r");
-    if (!f) return -1;
-    char line[256];
-    long long kb = -1;
-    while (fgets(line, sizeof line, f))
-        if (sscanf(line, "MemAvailable: %lld kB", &kb) == 1) break;
-    fclose(f);
-    return kb < 0 ? -1 : kb * 1024;
-}
 
 /* 0 ok; else a message naming the flag, exit status 2 */
 static int check_placement(const serve_cfg *c, placement_cfg *p) {
@@ -1073,7 +1063,7 @@ int tq_cmd_serve(int argc, char **argv) {
                 }
             } else {
                 v->total_bytes = (long long)pages * psz;
-                long long avail = meminfo_available();
+                long long avail = tq_host_mem_available();
                 v->budget = pc.cpu_bytes > 0 ? pc.cpu_bytes : avail > 0 ? avail / 2 : v->total_bytes / 2;
                 v->max_jobs = pc.max_jobs_cpu;
                 v->cores = cores > 0 ? (int)cores : 1;

@@ -30,6 +30,10 @@ enum {
 #define JOB_FROM                                                                              \
     "FROM jobs j LEFT JOIN steps s ON s.job_id = j.id AND s.step = "                          \
     "(SELECT max(step) FROM steps WHERE job_id = j.id) "
+/* a claim: running on the device ?D (first start kept), one more attempt, the step it starts
+ * from; ?T the time */
+#define CLAIM_SET(T, D) "state = 'running', started_at = coalesce(started_at, " T "), attempts = attempts + 1, " \
+    "cancel_requested = 0, device = " D ", finished_at = NULL, start_step = " LAST_STEP
 /* the job's last recorded step (0 none), inside an UPDATE of jobs */
 #define LAST_STEP "coalesce((SELECT max(step) FROM steps WHERE job_id = jobs.id), 0)"
 /* An interruption (the daemon stopped or died under a running job): back to the queue — or
@@ -258,9 +262,7 @@ int tq_queue_claim(tq_store *s, const char *device, int64_t *id, tq_job *job) {
     if (tq__begin(s)) return TQ_STORE_ERR;
     sqlite3_stmt *st;
     if (tq__stmt(s, Q_CLAIM,
-                 "UPDATE jobs SET state = 'running', started_at = coalesce(started_at, ?1), "
-                 "attempts = attempts + 1, cancel_requested = 0, device = ?2, finished_at = NULL, "
-                 "start_step = " LAST_STEP " "
+                 "UPDATE jobs SET " CLAIM_SET("?1", "?2") " "
                  "WHERE id = (SELECT id FROM jobs WHERE state = 'queued' "
                  "ORDER BY priority DESC, id LIMIT 1) RETURNING id", &st))
         goto fail;
@@ -288,9 +290,7 @@ int tq_queue_claim_job(tq_store *s, int64_t id, const char *device, int threads)
     if (tq__begin(s)) return TQ_STORE_ERR;
     sqlite3_stmt *st;
     if (tq__stmt(s, Q_CLAIM_JOB,
-                 "UPDATE jobs SET state = 'running', started_at = coalesce(started_at, ?2), "
-                 "attempts = attempts + 1, cancel_requested = 0, device = ?3, threads = ?4, "
-                 "finished_at = NULL, start_step = " LAST_STEP " WHERE id = ?1 AND state = 'queued'", &st))
+                 "UPDATE jobs SET " CLAIM_SET("?2", "?3") ", threads = ?4 WHERE id = ?1 AND state = 'queued'", &st))
         goto fail;
     sqlite3_bind_int64(st, 1, id);
     sqlite3_bind_int64(st, 2, tq__now_ms());

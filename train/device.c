@@ -118,3 +118,14 @@ int tq_devsel_candidates(const tq_devsel *want, char devs[][TQ_DEV_ID_MAX], int 
             if (tq_dev_is_gpu(devs[i]) == (pass == 0) && tq_devsel_allows(want, devs[i])) idx[k++] = i;
     return k;
 }
+
+long long tq_host_mem_available(void) {
+    FILE *f = fopen("/proc/meminfo", "r");
+    if (!f) return -1;
+    char line[256];
+    long long kb = -1;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "MemAvailable: %lld kB", &kb) == 1) break;
+    fclose(f);
+    return kb < 0 ? -1 : kb * 1024;
+}

@@ -39,4 +39,7 @@ int tq_devices_resolve(const char *flag, const char *const *gpus, int ngpus,
  * where a job asking for `want` may run, in the order the job prefers them: auto prefers the
  * GPUs, then the CPU. Returns the count (0: none). */
 int tq_devsel_candidates(const tq_devsel *want, char devs[][TQ_DEV_ID_MAX], int ndev, int *idx);
+/* The host's MemAvailable (/proc/meminfo) in bytes, -1 unknown: what the CPU budget defaults
+ * from and GET /v1/devices shows. Reads a file; thread-safe. */
+long long tq_host_mem_available(void);
 #endif
