@@ -6,6 +6,18 @@
 #   make CUDA_ARCH=sm_90   build machine code for one GPU only (fast local builds)
 
 CC      ?= cc
+# ---- SANITIZE=1: AddressSanitizer + UBSan build (own dir, CPU only) -------------------------
+#   make SANITIZE=1 unit        unit tests under ASan/UBSan in build-san/
+#   TRAINQ_BIN=$$PWD/build-san/trainq pytest tests/integration   the daemon under ASan/UBSan
+# nvcc objects are not instrumented, so the CUDA backend is forced off; the default BUILD is
+# build-san so sanitized objects never mix with the normal build's.
+SANITIZE ?= 0
+ifeq ($(SANITIZE),1)
+  BUILD   ?= build-san
+  override CUDA := 0
+  SAN_FLAGS := -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
+endif
+# ---- end of SANITIZE ------------------------------------------------------------------------
 BUILD   ?= build
 OPT     ?= -O2
 CFLAGS  ?= $(OPT) -g
@@ -18,8 +30,8 @@ CFLAGS  ?= $(OPT) -g
 # has no 512-bit registers, so nothing else changes.
 CFLAGS  += -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wno-unused-parameter -Wshadow -fno-trapping-math \
            -fopenmp -march=x86-64-v2 -mtune=native -mprefer-vector-width=512 -I. -Ikernels -Itrain \
-           $(EXTRA_CFLAGS)
-LDLIBS  += -ldnnl -lopenblas -lsqlite3 -lcjson -lmicrohttpd -lz -lm -lpthread -fopenmp
+           $(SAN_FLAGS) $(EXTRA_CFLAGS)
+LDLIBS  += -ldnnl -lopenblas -lsqlite3 -lcjson -lmicrohttpd -lcurl -lz -lm -lpthread -fopenmp $(SAN_FLAGS)
 PYTHON  ?= /usr/bin/python3
 
 # daemon/sched.c is pure (no processes): in the library, so that its unit test links it
@@ -60,7 +72,9 @@ else ifeq ($(CUDA),0)
 else
   $(error CUDA=$(CUDA): use CUDA=0, CUDA=1 or leave it unset (auto))
 endif
-MAIN_SRC := $(filter-out daemon/sched.c,$(wildcard daemon/*.c))
+# client/: the submit/ls/show/... commands, HTTP through libcurl only (DESIGN.md: "The client is a client")
+CLIENT_SRC := $(wildcard client/*.c)
+MAIN_SRC := $(filter-out daemon/sched.c,$(wildcard daemon/*.c)) $(CLIENT_SRC)
 TEST_SRC := $(wildcard tests/unit/test_*.c)
 ifneq ($(CUDA),1)
   TEST_SRC := $(filter-out tests/unit/test_cuda_%.c,$(TEST_SRC))
@@ -70,6 +84,23 @@ LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/obj/%.o) $(CU_SRC:%.cu=$(BUILD)/obj/%.o)
 MAIN_OBJ := $(MAIN_SRC:%.c=$(BUILD)/obj/%.o)
 TESTS    := $(TEST_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 LIB      := $(BUILD)/libtrainq.a
+
+# ---- the dashboard (api/web/, served by api/web.c) ------------------------------------------
+# scripts/embed-web compiles api/web/ and Debian's Chart.js (libjs-chart.js) into one C file;
+# without that package the build still works and the page says why it draws no charts. It runs
+# on every make (a file removed, the package installed later) and rewrites the C file only when
+# its content changes, so nothing is recompiled for nothing.
+CHARTJS   ?= $(firstword $(wildcard /usr/share/javascript/chart.js/chart.min.js))
+WEB_CHART := $(if $(CHARTJS),--file /assets/chart.min.js=$(CHARTJS),\
+               --missing "/assets/chart.min.js=no charts: this trainq was built without libjs-chart.js")
+.PHONY: web-assets-check
+$(BUILD)/gen/web_assets.c: web-assets-check
+	@mkdir -p $(dir $@)
+	@$(PYTHON) scripts/embed-web $@ api/web $(WEB_CHART)
+$(BUILD)/gen/web_assets.o: $(BUILD)/gen/web_assets.c api/internal.h
+	$(CC) $(CFLAGS) -c $< -o $@
+LIB_OBJ  += $(BUILD)/gen/web_assets.o
+# ---- end of the dashboard -------------------------------------------------------------------
 
 .PHONY: all deps test unit parity run clean bench bench-cpu
 all: $(BUILD)/trainq $(BUILD)/gpu_ops
@@ -168,12 +199,18 @@ FUZZ_CFLAGS     += -std=c11 -D_GNU_SOURCE -Wno-pass-failed -fopenmp -I. -Ikernel
 FUZZ_LDLIBS     := -ldnnl -lopenblas -lcjson -lz -lm -lpthread -fopenmp
 FUZZ_TARGETS    := $(patsubst tests/fuzz/fuzz_%.c,%,$(wildcard tests/fuzz/fuzz_*.c))
 FUZZ_LIB_SRC    := $(wildcard kernels/cpu/*.c) $(wildcard train/*.c) kernels/nocuda.c
+# the http target (fuzz_http.c) starts the API itself: schema/ and api/ (with the dashboard's
+# generated assets) are in the library too; the other targets do not pull them in
+FUZZ_LIB_SRC    += $(wildcard schema/*.c) $(wildcard api/*.c) $(if $(wildcard api/web.c),$(BUILD)/gen/web_assets.c)
+FUZZ_LDLIBS_http := -lsqlite3 -lmicrohttpd
 FUZZ_LIB_OBJ    := $(FUZZ_LIB_SRC:%.c=$(BUILD)/fuzz/obj/%.o)
 FUZZ_BINS       := $(FUZZ_TARGETS:%=$(BUILD)/fuzz/fuzz_%)
 # per-target libFuzzer options: the largest input (CIFAR needs whole 3073-byte records)
 FUZZ_OPTS_cifar      := -max_len=16384
 FUZZ_OPTS_checkpoint := -max_len=16384
 FUZZ_OPTS_idx        := -max_len=4096
+# http: one request (or a few pipelined) per input; -timeout above its own 5 s answer deadline
+FUZZ_OPTS_http       := -max_len=8192 -timeout=30
 # one thread everywhere: libFuzzer measures one process; OpenMP/OpenBLAS threads only add noise
 FUZZ_ENV        := OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 \
                    UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
@@ -189,7 +226,7 @@ $(BUILD)/fuzz/libtrainq-fuzz.a: $(FUZZ_LIB_OBJ)
 	rm -f $@ && ar rcs $@ $^
 
 $(BUILD)/fuzz/fuzz_%: tests/fuzz/fuzz_%.c $(BUILD)/fuzz/libtrainq-fuzz.a
-	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer -MMD -MP -o $@ $< $(BUILD)/fuzz/libtrainq-fuzz.a $(FUZZ_LDLIBS)
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer -MMD -MP -o $@ $< $(BUILD)/fuzz/libtrainq-fuzz.a $(FUZZ_LDLIBS) $(FUZZ_LDLIBS_$*)
 
 # $(call fuzz_run,target,seconds,log): fuzz over a scratch corpus seeded from the committed one
 define fuzz_run

@@ -44,6 +44,9 @@ typedef struct {
     int allow_remote_writes;     /* 1: connections from other hosts (no identity) may write */
     const char *socket_path;     /* the unix socket to listen on too (mode 0666); NULL none */
     double fair_share_window_s;  /* GET /v1/users' window (the scheduler's fair share) */
+    double header_timeout_s;     /* a connection's request (headers and body) must arrive within
+                                  * this many seconds of its opening or of the previous answer;
+                                  * 0: 10 (serve's --header-timeout) */
 } tq_api_config;
 
 typedef struct tq_api tq_api;

@@ -75,7 +75,7 @@ static int job_for(tq_ctx *c, tq_store *s, const tq_peer *p, const char *verb, t
 static int may_read(tq_ctx *c, tq_store *s, enum MHD_Result *ans) {
     if (!c->api->private_jobs) return 1;
     tq_peer p;
-    tq_peer_of(c->conn, &p);
+    tq_ctx_peer(c, &p);
     tq_job j;
     if (!job_for(c, s, &p, "read", &j, ans)) return 0;
     tq_job_free(&j);
@@ -225,7 +225,7 @@ enum MHD_Result tq_h_submit(tq_ctx *c) {
         return tq_send_error(c, MHD_HTTP_BAD_REQUEST, se.field[0] ? "invalid_spec" : "invalid_json",
                              se.field, "%s", se.message);
     tq_peer peer;
-    tq_peer_of(c->conn, &peer);
+    tq_ctx_peer(c, &peer);
     enum MHD_Result ans;
     if (!may_write(c, &peer, &ans)) return ans;
     /* files on behalf of the submitter: what it names must be readable by that user, not
@@ -365,7 +365,7 @@ enum MHD_Result tq_h_list(tq_ctx *c) {
     static const char *const allowed[] = { "state", "limit", "before", "owner", NULL };
     CHECK_QUERY(c, allowed);
     tq_peer peer;
-    tq_peer_of(c->conn, &peer);
+    tq_ctx_peer(c, &peer);
     /* ?owner=me (the caller), NAME, or unknown (jobs without an owner); under private_jobs a
      * non-admin sees only their own */
     const char *owner = tq_query(c, "owner");
@@ -482,7 +482,7 @@ enum MHD_Result tq_h_cancel(tq_ctx *c) {
     tq_store *s = tq_api_store(c);
     if (!s) return NO_STORE(c);
     tq_peer peer;
-    tq_peer_of(c->conn, &peer);
+    tq_ctx_peer(c, &peer);
     enum MHD_Result ans;
     tq_job j;
     if (!may_write(c, &peer, &ans) || !job_for(c, s, &peer, "cancel", &j, &ans)) return ans;
@@ -508,7 +508,7 @@ enum MHD_Result tq_h_delete(tq_ctx *c) {
     tq_store *s = tq_api_store(c);
     if (!s) return NO_STORE(c);
     tq_peer peer;
-    tq_peer_of(c->conn, &peer);
+    tq_ctx_peer(c, &peer);
     enum MHD_Result ans;
     tq_job j;
     if (!may_write(c, &peer, &ans) || !job_for(c, s, &peer, "delete", &j, &ans)) return ans;

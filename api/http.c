@@ -16,6 +16,7 @@
  * access handler is answered as {"error":{...}}. */
 #include "internal.h"
 #include "utf8.h"
+#include "peer.h"
 #include <sys/stat.h>
 #include <sys/un.h>
 
@@ -29,13 +30,14 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 
 /* ---- the route table ------------------------------------------------------------------ */
 
 typedef struct {
     const char *method;
-    const char *pattern;   /* segments; "{id}" matches a job id */
+    const char *pattern;   /* segments; "{id}" matches a job id, "{name}" any one segment */
     tq_handler fn;
 } route;
 
@@ -55,6 +57,11 @@ static const route routes[] = {
     { "GET",    "/v1/users",             tq_h_users },
     { "GET",    "/healthz",              tq_h_health },
     { "GET",    "/metrics",              tq_h_metrics },
+    /* the dashboard (web.c): an app shell for the pages, the embedded files of api/web/ */
+    { "GET",    "/",                     tq_h_web_page },
+    { "GET",    "/jobs/{id}",            tq_h_web_page },
+    { "GET",    "/compare",              tq_h_web_page },
+    { "GET",    "/assets/{name}",        tq_h_web_asset },
 };
 
 /* Does url match pattern? *idseg receives the {id} segment (pointer into url) and its length. */
@@ -68,6 +75,8 @@ static int match(const char *pattern, const char *url, const char **idseg, size_
         if (pl == 4 && !strncmp(p, "{id}", 4)) {
             if (ul == 0) return 0;
             *idseg = u; *idlen = ul;
+        } else if (pl == 6 && !strncmp(p, "{name}", 6)) {
+            if (ul == 0) return 0;
         } else if (pl != ul || strncmp(p, u, pl)) {
             return 0;
         }
@@ -348,6 +357,218 @@ static int host_allowed(tq_api *a, const char *host) {
     return name_in_list(name, a->allowed_hosts);
 }
 
+/* ---- connections: the request deadline and the per-address limit ---------------------- *
+ *
+ * Every local client is 127.0.0.1, so a per-IP limit on loopback lets one script (or 64
+ * dashboard tabs) deny the API to every other user: loopback has none. Connections from other
+ * hosts are limited per address by the accept policy below (libmicrohttpd's own
+ * MHD_OPTION_PER_IP_CONNECTION_LIMIT cannot skip loopback). Local connections are limited per
+ * uid instead (TQ_PER_UID_LIMIT, root exempt): the kernel says who each one is at accept
+ * (peer.h: SO_PEERCRED, sock_diag), once per connection, and handlers read it from here.
+ *
+ * libmicrohttpd 0.9.75's connection timeout is an idle timeout: every byte resets it, so a client
+ * trickling one header byte a second holds a connection for ever. Here each connection has a
+ * record (MHD_OPTION_NOTIFY_CONNECTION: made at STARTED, freed at CLOSED, reached from a
+ * callback through MHD_CONNECTION_INFO_SOCKET_CONTEXT) saying when its wait for a request began
+ * (its accept, or the end of its previous request) and whether a request is in progress; the
+ * access handler's first call means the headers are complete, and the call that runs the handler
+ * that the body is too. A reaper thread shuts down (shutdown(SHUT_RDWR)) the socket of every
+ * connection whose request is not complete request_timeout_ms after its wait began: the
+ * connection's own pool thread then sees its recv() end and closes it as a client that went away.
+ * That is the only thing the reaper does to a connection, and it is safe under the thread pool:
+ * shutdown() is a kernel operation on a socket that may run beside that thread's recv/send, and
+ * the fd is still the connection's: libmicrohttpd calls NOTIFY_CLOSED (which takes conn_mu and
+ * unlinks the record) before it closes the fd, and the reaper only touches fds of linked records
+ * while holding conn_mu. A request in progress (an answer being computed or sent, an event
+ * stream, a log follower) has no deadline here; its idle time stays under libmicrohttpd's
+ * timeout (and a suspended stream is resumed, which resets it, every tick of sse.c). So an idle
+ * connection that sends nothing is closed after the same deadline, and a keep-alive connection
+ * after the same time without a next request. */
+
+#define TQ_CONN_LIMIT 1500         /* TCP connections in all: > streams (sse.c, 256) + a crowd's 1,000 */
+#define TQ_UNIX_CONN_LIMIT 1000    /* the unix socket's */
+#define TQ_PER_ADDR_LIMIT 64       /* TCP connections per remote (non-loopback) address */
+#define TQ_PER_UID_LIMIT 512       /* local connections per uid (root exempt) */
+#define TQ_IDLE_TIMEOUT_S 30       /* libmicrohttpd's idle timeout, within a request */
+#define TQ_REQUEST_TIMEOUT_S 10.0  /* default of tq_api_config.header_timeout_s */
+#define TQ_FD_RESERVE 256          /* descriptors kept for the rest (database, logs, workers) */
+#define TQ_REAP_TICK_MS 200
+
+enum { CONN_WAITING, CONN_BODY, CONN_ACTIVE };
+
+struct tq_conn {
+    struct tq_conn *prev, *next;
+    tq_peer peer;              /* who is on the other end, looked up once at accept (peer.h) */
+    int fd;
+    int phase;                 /* CONN_*: WAITING and BODY have the deadline */
+    int shut;                  /* the reaper shut it down */
+    int remote;                /* a non-loopback IP address, in addr */
+    unsigned char addr[16];    /* IPv6, or IPv4 as v4-mapped */
+    double since_ms;           /* when the wait for the request began (monotonic) */
+};
+
+static double conn_now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+/* The peer's address as 16 bytes (IPv4 v4-mapped); 1 when it is an IP address that is not
+ * loopback (127.0.0.0/8, ::1, ::ffff:127.x.x.x), 0 otherwise (loopback, unix socket, unknown). */
+static int remote_addr(const struct sockaddr *sa, unsigned char key[16]) {
+    memset(key, 0, 16);
+    if (!sa) return 0;
+    if (sa->sa_family == AF_INET) {
+        const struct sockaddr_in *v = (const struct sockaddr_in *)sa;
+        key[10] = key[11] = 0xff;
+        memcpy(key + 12, &v->sin_addr, 4);
+    } else if (sa->sa_family == AF_INET6) {
+        memcpy(key, &((const struct sockaddr_in6 *)sa)->sin6_addr, 16);
+    } else {
+        return 0;
+    }
+    static const unsigned char v4m[12] = { 0,0,0,0, 0,0,0,0, 0,0,0xff,0xff }, lo6[16] = { [15] = 1 };
+    if (!memcmp(key, v4m, 12) && key[12] == 127) return 0;
+    return memcmp(key, lo6, 16) != 0;
+}
+
+/* MHD's accept policy (TCP listener): at most TQ_PER_ADDR_LIMIT connections per remote address;
+ * loopback is not limited. Counted over the open connections' records; two pool threads
+ * accepting at once from one address may go a connection or two over. */
+static enum MHD_Result accept_cb(void *cls, const struct sockaddr *sa, socklen_t len) {
+    tq_api *a = cls;
+    unsigned char key[16];
+    if (!len || !remote_addr(sa, key)) return MHD_YES;
+    unsigned n = 0;
+    pthread_mutex_lock(&a->conn_mu);
+    for (struct tq_conn *k = a->conns; k && n < TQ_PER_ADDR_LIMIT; k = k->next)
+        if (k->remote && !memcmp(k->addr, key, 16)) n++;
+    pthread_mutex_unlock(&a->conn_mu);
+    return n < TQ_PER_ADDR_LIMIT ? MHD_YES : MHD_NO;
+}
+
+static void conn_notify(void *cls, struct MHD_Connection *conn, void **socket_context,
+                        enum MHD_ConnectionNotificationCode toe) {
+    tq_api *a = cls;
+    if (toe == MHD_CONNECTION_NOTIFY_STARTED) {
+        struct tq_conn *k = calloc(1, sizeof *k);
+        if (!k) return;   /* untracked: only libmicrohttpd's idle timeout applies */
+        const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+        k->fd = ci ? ci->connect_fd : -1;
+        ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+        k->remote = ci ? remote_addr(ci->client_addr, k->addr) : 0;
+        k->phase = CONN_WAITING;
+        k->since_ms = conn_now_ms();
+        tq_peer_of(conn, &k->peer);
+        pthread_mutex_lock(&a->conn_mu);
+        if (k->peer.known && k->peer.uid != 0 && k->fd >= 0) {
+            int same = 0;
+            for (struct tq_conn *o = a->conns; o; o = o->next) same += o->peer.known && o->peer.uid == k->peer.uid;
+            if (same >= TQ_PER_UID_LIMIT) { shutdown(k->fd, SHUT_RDWR); k->shut = 1; }   /* closed as gone */
+        }
+        k->next = a->conns;
+        if (a->conns) a->conns->prev = k;
+        a->conns = k;
+        pthread_mutex_unlock(&a->conn_mu);
+        *socket_context = k;
+    } else if (toe == MHD_CONNECTION_NOTIFY_CLOSED) {
+        struct tq_conn *k = *socket_context;
+        if (!k) return;
+        pthread_mutex_lock(&a->conn_mu);
+        if (k->prev) k->prev->next = k->next; else a->conns = k->next;
+        if (k->next) k->next->prev = k->prev;
+        pthread_mutex_unlock(&a->conn_mu);
+        free(k);
+        *socket_context = NULL;
+    }
+}
+
+void tq_ctx_peer(tq_ctx *c, tq_peer *p) {
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c->conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    const struct tq_conn *k = ci ? ci->socket_context : NULL;
+    if (k) *p = k->peer;
+    else tq_peer_of(c->conn, p);   /* an untracked connection: ask now */
+}
+
+/* a body is to come: a Content-Length other than 0 (libmicrohttpd checked it is a number) */
+static int has_length(struct MHD_Connection *conn) {
+    const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+    return cl && cl[strspn(cl, "0 \t")] != 0;
+}
+
+/* From the connection's own thread: the request's phase (CONN_WAITING starts a new wait). */
+static void conn_phase(tq_api *a, struct MHD_Connection *conn, int phase) {
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    struct tq_conn *k = ci ? ci->socket_context : NULL;
+    if (!k) return;
+    pthread_mutex_lock(&a->conn_mu);
+    if (phase == CONN_WAITING) k->since_ms = conn_now_ms();
+    k->phase = phase;
+    pthread_mutex_unlock(&a->conn_mu);
+}
+
+static void *reaper(void *arg) {
+    tq_api *a = arg;
+    unsigned long long logged = 0;
+    double last_log = 0;
+    pthread_mutex_lock(&a->conn_mu);
+    while (!a->reaper_stop) {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        ts.tv_nsec += TQ_REAP_TICK_MS * 1000000L;
+        if (ts.tv_nsec >= 1000000000L) { ts.tv_sec++; ts.tv_nsec -= 1000000000L; }
+        pthread_cond_timedwait(&a->conn_cv, &a->conn_mu, &ts);
+        if (a->reaper_stop) break;
+        double now = conn_now_ms();
+        for (struct tq_conn *k = a->conns; k; k = k->next)
+            if (k->phase != CONN_ACTIVE && !k->shut && k->fd >= 0 && now - k->since_ms > a->request_timeout_ms) {
+                shutdown(k->fd, SHUT_RDWR);   /* its pool thread closes it (see above) */
+                k->shut = 1;
+                a->reaped++;
+            }
+        unsigned long long n = a->reaped - logged;
+        if (n && now - last_log >= 60000) {   /* at most a line a minute */
+            logged = a->reaped;
+            last_log = now;
+            pthread_mutex_unlock(&a->conn_mu);
+            fprintf(stderr, "trainq api: closed %llu connection(s) that sent no complete request within %.1f s\n",
+                    n, a->request_timeout_ms / 1000);
+            pthread_mutex_lock(&a->conn_mu);
+        }
+    }
+    pthread_mutex_unlock(&a->conn_mu);
+    return NULL;
+}
+
+/* The descriptors the listeners may hold: RLIMIT_NOFILE's soft limit is raised toward the hard
+ * one when it is short (systemd's default soft limit is 1024); when even the hard one is short,
+ * the connection limits shrink to fit, and that is said. */
+static void fd_budget(unsigned *tcp, unsigned *unx) {
+    struct rlimit rl;
+    rlim_t need = (rlim_t)*tcp + *unx + TQ_FD_RESERVE;
+    if (getrlimit(RLIMIT_NOFILE, &rl)) return;
+    if (rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < need) {
+        rlim_t want = rl.rlim_max == RLIM_INFINITY || rl.rlim_max > need ? need : rl.rlim_max;
+        struct rlimit nl = { want, rl.rlim_max };
+        if (!setrlimit(RLIMIT_NOFILE, &nl)) rl.rlim_cur = want;
+    }
+    if (rl.rlim_cur == RLIM_INFINITY || rl.rlim_cur >= need) return;
+    rlim_t room = rl.rlim_cur > 2 * TQ_FD_RESERVE ? rl.rlim_cur - TQ_FD_RESERVE : rl.rlim_cur / 2;
+    unsigned t = (unsigned)(room * *tcp / (*tcp + *unx)), u = (unsigned)(room - t);
+    fprintf(stderr, "trainq api: warning: the open-file limit is %llu (hard %llu): serving at most %u TCP and "
+                    "%u unix-socket connections instead of %u and %u (raise LimitNOFILE=)\n",
+            (unsigned long long)rl.rlim_cur, (unsigned long long)rl.rlim_max, t ? t : 1, u ? u : 1, *tcp, *unx);
+    *tcp = t ? t : 1;
+    *unx = u ? u : 1;
+}
+
+/* Event loop flags: epoll with the pool (1,000 sockets need no FD_SETSIZE), else MHD_USE_AUTO
+ * (poll; select only where nothing else exists). */
+static unsigned poll_flags(void) {
+    return MHD_is_feature_supported(MHD_FEATURE_EPOLL) == MHD_YES ? MHD_USE_EPOLL_INTERNAL_THREAD
+                                                                  : MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO;
+}
+
 /* ---- the access handler --------------------------------------------------------------- */
 
 /* http.c's per-request state around the tq_req the handlers see: made by the URI callback (which
@@ -384,9 +605,12 @@ static enum MHD_Result access_cb(void *cls, struct MHD_Connection *conn, const c
         *con_cls = rx;
     }
     tq_req *rq = &rx->rq;
-    tq_ctx c = { .api = a, .conn = conn, .method = method, .req = rq };
+    tq_ctx c = { .api = a, .conn = conn, .method = method, .req = rq, .url = url };
     if (!rx->seen) {
         rx->seen = 1;
+        /* the headers are complete: the deadline stays while a body is to come */
+        conn_phase(a, conn, MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_TRANSFER_ENCODING) ||
+                            has_length(conn) ? CONN_BODY : CONN_ACTIVE);
         /* checks that need no body: answered at once (MHD then skips the body) */
         int nhost = headers_named(conn, MHD_HTTP_HEADER_HOST);
         if (nhost > 1)
@@ -433,6 +657,7 @@ static enum MHD_Result access_cb(void *cls, struct MHD_Connection *conn, const c
     }
     if (rq->started) return MHD_YES;   /* already answered */
     rq->started = 1;
+    conn_phase(a, conn, CONN_ACTIVE);   /* the whole request is in: no deadline while it is answered */
     if (rq->too_large)
         return tq_send_error(&c, MHD_HTTP_CONTENT_TOO_LARGE, "payload_too_large", NULL,
                              "the body is larger than the %zu bytes allowed", a->max_body);
@@ -494,7 +719,8 @@ static enum MHD_Result access_cb(void *cls, struct MHD_Connection *conn, const c
 
 static void completed_cb(void *cls, struct MHD_Connection *conn, void **con_cls,
                          enum MHD_RequestTerminationCode toe) {
-    (void)conn; (void)toe;
+    (void)toe;
+    conn_phase(cls, conn, CONN_WAITING);   /* the next request's deadline runs from now */
     request *rx = *con_cls;
     if (!rx) return;
     if (rx->rq.sse) tq_sse_free(cls, rx->rq.sse);
@@ -503,8 +729,23 @@ static void completed_cb(void *cls, struct MHD_Connection *conn, void **con_cls,
     *con_cls = NULL;
 }
 
+/* libmicrohttpd's messages, at most LOG_BURST a minute: a crowd (or a deadline closing a hundred
+ * trickling connections) would otherwise write a line per connection */
+#define LOG_BURST 20
 static void mhd_log(void *cls, const char *fmt, va_list ap) {
     (void)cls;
+    static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+    static double window;
+    static unsigned used, dropped;
+    double now = conn_now_ms();
+    pthread_mutex_lock(&mu);
+    if (now - window >= 60000) { window = now; used = 0; }
+    int say = used < LOG_BURST;
+    unsigned was = dropped;
+    if (say) { used++; dropped = 0; } else dropped++;
+    pthread_mutex_unlock(&mu);
+    if (!say) return;
+    if (was) fprintf(stderr, "trainq api: (%u more libmicrohttpd messages were not logged)\n", was);
     fputs("trainq api: ", stderr);
     vfprintf(stderr, fmt, ap);
 }
@@ -520,6 +761,8 @@ static void api_free(tq_api *a) {
     for (size_t i = 0; i < sizeof a->plans / sizeof a->plans[0]; i++) free(a->plans[i].key);
     pthread_mutex_destroy(&a->sse_mu);
     pthread_mutex_destroy(&a->plan_mu);
+    pthread_mutex_destroy(&a->conn_mu);
+    pthread_cond_destroy(&a->conn_cv);
     pthread_key_delete(a->store_key);
     free(a);
 }
@@ -527,7 +770,7 @@ static void api_free(tq_api *a) {
 /* The unix socket: every local user may connect (mode 0666), and SO_PEERCRED tells who did
  * (peer.h). A stale socket file from a daemon that died is replaced; any other file at the path
  * is not touched. Served by a second libmicrohttpd daemon on the same handlers. 0 ok. */
-static int listen_unix(tq_api *a, const char *path, unsigned threads, char *err, size_t errlen) {
+static int listen_unix(tq_api *a, const char *path, unsigned threads, unsigned limit, char *err, size_t errlen) {
     struct sockaddr_un sa = { .sun_family = AF_UNIX };
     if (strlen(path) >= sizeof sa.sun_path) {
         snprintf(err, errlen, "--socket %s: the path is longer than %zu bytes", path, sizeof sa.sun_path - 1);
@@ -548,15 +791,16 @@ static int listen_unix(tq_api *a, const char *path, unsigned threads, char *err,
         if (fd >= 0) close(fd);
         return -1;
     }
-    a->mhd_unix = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG |
-                                   MHD_USE_AUTO, 0, NULL, NULL, access_cb, a,
+    a->mhd_unix = MHD_start_daemon(poll_flags() | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG,
+                                   0, NULL, NULL, access_cb, a,
                                    MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL,
                                    MHD_OPTION_LISTEN_SOCKET, fd,
                                    MHD_OPTION_THREAD_POOL_SIZE, (unsigned)(threads ? threads : 4),
-                                   MHD_OPTION_CONNECTION_LIMIT, (unsigned)1000,
-                                   MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)30,
+                                   MHD_OPTION_CONNECTION_LIMIT, limit,
+                                   MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)TQ_IDLE_TIMEOUT_S,
                                    MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(128 * 1024),
                                    MHD_OPTION_NOTIFY_COMPLETED, completed_cb, a,
+                                   MHD_OPTION_NOTIFY_CONNECTION, conn_notify, a,
                                    MHD_OPTION_URI_LOG_CALLBACK, uri_cb, a,
                                    MHD_OPTION_END);
     if (!a->mhd_unix) {
@@ -584,6 +828,18 @@ tq_api *tq_api_start(const tq_api_config *cfg, char *err, size_t errlen) {
     a->max_body = cfg->max_body ? cfg->max_body : 64 * 1024;
     pthread_mutex_init(&a->sse_mu, NULL);
     pthread_mutex_init(&a->plan_mu, NULL);
+    pthread_mutex_init(&a->conn_mu, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&a->conn_cv, &ca);
+    pthread_condattr_destroy(&ca);
+    double rt = cfg->header_timeout_s;
+    if (!(rt > 0)) {   /* TRAINQ_HEADER_TIMEOUT: the tests' shorter deadline (serve has --header-timeout) */
+        const char *e = getenv("TRAINQ_HEADER_TIMEOUT");
+        rt = e && strtod(e, NULL) > 0 ? strtod(e, NULL) : TQ_REQUEST_TIMEOUT_S;
+    }
+    a->request_timeout_ms = rt * 1000;
     pthread_key_create(&a->store_key, close_store);
     a->cuda = dupz(cfg->cuda ? cfg->cuda : "not probed");
     if (cfg->ngpus > 0 && cfg->gpus) {
@@ -604,18 +860,22 @@ tq_api *tq_api_start(const tq_api_config *cfg, char *err, size_t errlen) {
         api_free(a);
         return NULL;
     }
-    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_ALLOW_SUSPEND_RESUME |
-                     MHD_USE_ERROR_LOG | MHD_USE_AUTO;
+    /* 1,500 TCP connections (libmicrohttpd splits the limit among the pool's threads; a thread
+     * at its share stops accepting and the others take the next ones); no per-IP limit: see
+     * accept_cb. epoll (poll_flags): each pool thread has its own epoll set. */
+    unsigned tcp_limit = TQ_CONN_LIMIT, unix_limit = TQ_UNIX_CONN_LIMIT;
+    fd_budget(&tcp_limit, &unix_limit);
+    unsigned flags = poll_flags() | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG;
     if (ai->ai_family == AF_INET6) flags |= MHD_USE_IPv6;
-    a->mhd = MHD_start_daemon(flags, cfg->port, NULL, NULL, access_cb, a,
+    a->mhd = MHD_start_daemon(flags, cfg->port, accept_cb, a, access_cb, a,
                               MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL,
                               MHD_OPTION_SOCK_ADDR, ai->ai_addr,
                               MHD_OPTION_THREAD_POOL_SIZE, (unsigned)(cfg->threads ? cfg->threads : 4),
-                              MHD_OPTION_CONNECTION_LIMIT, (unsigned)256,
-                              MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)64,
-                              MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)30,
+                              MHD_OPTION_CONNECTION_LIMIT, tcp_limit,
+                              MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)TQ_IDLE_TIMEOUT_S,
                               MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(128 * 1024),
                               MHD_OPTION_NOTIFY_COMPLETED, completed_cb, a,
+                              MHD_OPTION_NOTIFY_CONNECTION, conn_notify, a,
                               MHD_OPTION_URI_LOG_CALLBACK, uri_cb, a,
                               MHD_OPTION_END);
     freeaddrinfo(ai);
@@ -625,7 +885,7 @@ tq_api *tq_api_start(const tq_api_config *cfg, char *err, size_t errlen) {
         api_free(a);
         return NULL;
     }
-    if (cfg->socket_path && cfg->socket_path[0] && listen_unix(a, cfg->socket_path, cfg->threads, err, errlen)) {
+    if (cfg->socket_path && cfg->socket_path[0] && listen_unix(a, cfg->socket_path, cfg->threads, unix_limit, err, errlen)) {
         MHD_stop_daemon(a->mhd);
         api_free(a);
         return NULL;
@@ -633,9 +893,16 @@ tq_api *tq_api_start(const tq_api_config *cfg, char *err, size_t errlen) {
     if (tq_sse_start(a)) {
         snprintf(err, errlen, "cannot start the event-stream thread");
         MHD_stop_daemon(a->mhd);
+        if (a->mhd_unix) MHD_stop_daemon(a->mhd_unix);
         api_free(a);
         return NULL;
     }
+    if (pthread_create(&a->reaper, NULL, reaper, a)) {
+        snprintf(err, errlen, "cannot start the connection-deadline thread");
+        tq_api_stop(a);
+        return NULL;
+    }
+    a->reaper_started = 1;
     return a;
 }
 
@@ -645,6 +912,14 @@ void tq_api_stop(tq_api *a) {
     if (a->mhd_unix) MHD_quiesce_daemon(a->mhd_unix);
     tq_sse_stop(a);               /* resume and end every stream */
     tq_log_follow_stop(a);        /* and every log follower */
+    if (a->reaper_started) {      /* before MHD_stop_daemon: every connection's record goes then */
+        pthread_mutex_lock(&a->conn_mu);
+        a->reaper_stop = 1;
+        pthread_cond_signal(&a->conn_cv);
+        pthread_mutex_unlock(&a->conn_mu);
+        pthread_join(a->reaper, NULL);
+        a->reaper_started = 0;
+    }
     MHD_stop_daemon(a->mhd);
     if (a->mhd_unix) MHD_stop_daemon(a->mhd_unix);
     if (a->socket_path) unlink(a->socket_path);

@@ -38,6 +38,14 @@ struct tq_api {
     pthread_mutex_t plan_mu;
     struct { char *key; long long total, data; unsigned stamp; } plans[16];
     unsigned plan_clock;
+    /* open connections (http.c): the request deadline, the per-address limit */
+    pthread_mutex_t conn_mu;
+    pthread_cond_t conn_cv;
+    struct tq_conn *conns;       /* every open connection of both listeners (under conn_mu) */
+    double request_timeout_ms;   /* a request must be complete this long after its wait began */
+    pthread_t reaper;            /* closes the connections that miss it */
+    int reaper_started, reaper_stop;
+    unsigned long long reaped;   /* connections it closed */
 };
 
 /* per-request state: made on the first callback, freed in the completed callback */
@@ -55,6 +63,7 @@ typedef struct {
     tq_req *req;
     const char *method;
     int64_t id;           /* the {id} of the path, when it has one */
+    const char *url;      /* the request's path (decoded), for handlers of a path family */
     int nq;
     const char *qk[TQ_API_MAX_QUERY], *qv[TQ_API_MAX_QUERY];
 } tq_ctx;
@@ -62,6 +71,9 @@ typedef struct {
 typedef enum MHD_Result (*tq_handler)(tq_ctx *);
 
 /* http.c */
+#include "peer.h"
+/* who is on the other end of the request's connection (looked up once per connection) */
+void tq_ctx_peer(tq_ctx *, tq_peer *);
 tq_store *tq_api_store(tq_ctx *);   /* NULL: the error was answered? no: caller answers 503 */
 enum MHD_Result tq_send_json(tq_ctx *, unsigned status, cJSON *body);   /* takes body */
 enum MHD_Result tq_send_text(tq_ctx *, unsigned status, const char *ctype, char *text, size_t n); /* takes text */
@@ -102,6 +114,18 @@ enum MHD_Result tq_h_metrics(tq_ctx *);
 
 /* compare.c */
 enum MHD_Result tq_h_compare(tq_ctx *);
+
+/* web.c: the dashboard (GET/HEAD /, /jobs/{id}, /compare, /assets/NAME) from the files of
+ * api/web/ that scripts/embed-web compiled into $(BUILD)/gen/web_assets.c */
+typedef struct {
+    const char *path, *ctype, *etag;   /* "/" is the app shell; the rest "/assets/NAME" */
+    const unsigned char *data;         /* NUL-terminated after len bytes */
+    size_t len;
+} tq_web_asset;
+extern const tq_web_asset tq_web_assets[];
+extern const int tq_web_nassets;
+enum MHD_Result tq_h_web_page(tq_ctx *);
+enum MHD_Result tq_h_web_asset(tq_ctx *);
 
 /* sse.c */
 enum MHD_Result tq_h_events(tq_ctx *);

@@ -6,19 +6,33 @@
  * suspended stream each TICK_MS, so that no pool thread ever sleeps or spins. The stream ends
  * after the job's final state event (or when the job is deleted, or the daemon stops); a
  * comment line goes out every KEEPALIVE_MS of silence. Every read of one poll is one
- * snapshot, so a final state is never sent before the steps written before it. */
+ * snapshot, so a final state is never sent before the steps written before it.
+ *
+ * Streams are capped: MAX_STREAMS open in all (both listeners), MAX_STREAMS_PER_CLIENT from one
+ * remote (non-loopback) address; beyond, a 503 too_many_streams. Loopback clients all share the
+ * address 127.0.0.1, so they are capped per uid instead (MAX_STREAMS_PER_USER, root exempt:
+ * the kernel says who each client is, peer.h), which leaves the others room under the total. Both stay far below http.c's connection limit (1,500),
+ * so that ordinary requests are always served beside them. A stream whose client went away is
+ * ended at the next tick (POLLRDHUP on its socket), not at its next keepalive, so that a closed
+ * dashboard tab frees its slot at once. */
 #include "internal.h"
 #include "utf8.h"
 #include "report.h"
 
+#include <netinet/in.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <time.h>
 
 #define TICK_MS 250
 #define KEEPALIVE_MS 15000
 #define STEPS_PER_POLL 500
+#define MAX_STREAMS 256
+#define MAX_STREAMS_PER_CLIENT 32
+#define MAX_STREAMS_PER_USER 64
 
 struct tq_sse {
     tq_sse *next;
@@ -30,7 +44,37 @@ struct tq_sse {
     double last_send;
     char *buf;
     size_t len, off, cap;
+    int fd;                      /* the connection's socket (-1 unknown) */
+    int remote;                  /* from a non-loopback address, in addr */
+    int uid;                     /* a local client's uid (-1 unknown) */
+    unsigned char addr[16];      /* IPv6, or IPv4 v4-mapped */
 };
+
+/* The client's address as 16 bytes (IPv4 v4-mapped); 1 when it is a remote (non-loopback) IP. */
+static int client_addr(struct MHD_Connection *conn, unsigned char key[16]) {
+    memset(key, 0, 16);
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+    const struct sockaddr *sa = ci ? ci->client_addr : NULL;
+    if (!sa) return 0;
+    if (sa->sa_family == AF_INET) {
+        key[10] = key[11] = 0xff;
+        memcpy(key + 12, &((const struct sockaddr_in *)sa)->sin_addr, 4);
+    } else if (sa->sa_family == AF_INET6) {
+        memcpy(key, &((const struct sockaddr_in6 *)sa)->sin6_addr, 16);
+    } else {
+        return 0;   /* the unix socket */
+    }
+    static const unsigned char v4m[12] = { 0,0,0,0, 0,0,0,0, 0,0,0xff,0xff }, lo6[16] = { [15] = 1 };
+    if (!memcmp(key, v4m, 12) && key[12] == 127) return 0;
+    return memcmp(key, lo6, 16) != 0;
+}
+
+/* the client closed its end (or the socket failed): nothing will read what we send */
+static int client_gone(const tq_sse *s) {
+    if (s->fd < 0) return 0;
+    struct pollfd p = { .fd = s->fd, .events = POLLRDHUP };
+    return poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR));
+}
 
 static double mono_ms(void) {
     struct timespec ts;
@@ -157,6 +201,7 @@ static ssize_t reader(void *cls, uint64_t pos, char *out, size_t max) {
         }
         if (s->finished || s->api->stopping) return MHD_CONTENT_READER_END_OF_STREAM;
         if (pass) break;
+        if (client_gone(s)) return MHD_CONTENT_READER_END_WITH_ERROR;
         tq_ctx c = { .api = s->api, .conn = s->conn };
         tq_store *st = tq_api_store(&c);
         if (st) poll_db(s, st);
@@ -193,17 +238,48 @@ enum MHD_Result tq_h_events(tq_ctx *c) {
     s->job = c->id;
     s->last_step = after;
     s->last_send = mono_ms();
-    put(s, "retry: 2000\n\n", 13);
-    struct MHD_Response *r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024, reader, s, NULL);
-    if (!r) { free(s->buf); free(s); return MHD_NO; }
-    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
-    MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
-    MHD_add_response_header(r, "X-Accel-Buffering", "no");
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+    s->fd = ci ? ci->connect_fd : -1;
+    s->remote = client_addr(c->conn, s->addr);
+    tq_peer peer;
+    tq_ctx_peer(c, &peer);
+    s->uid = peer.known ? (int)peer.uid : -1;
+    /* the caps: counted and taken under one lock */
+    unsigned total = 0, mine = 0, user = 0;
     pthread_mutex_lock(&c->api->sse_mu);
+    for (tq_sse *o = c->api->sse_list; o; o = o->next) {
+        total++;
+        if (s->remote && o->remote && !memcmp(o->addr, s->addr, 16)) mine++;
+        if (s->uid > 0 && o->uid == s->uid) user++;
+    }
+    if (user >= MAX_STREAMS_PER_USER) {
+        pthread_mutex_unlock(&c->api->sse_mu);
+        free(s);
+        return tq_send_error(c, MHD_HTTP_SERVICE_UNAVAILABLE, "too_many_streams", NULL,
+                             "you (%s) hold %u event streams, the most one user may; close one, or poll "
+                             "GET /v1/jobs/%lld", peer.user, user, (long long)c->id);
+    }
+    if (total >= MAX_STREAMS || mine >= MAX_STREAMS_PER_CLIENT) {
+        pthread_mutex_unlock(&c->api->sse_mu);
+        free(s);
+        if (total >= MAX_STREAMS)
+            return tq_send_error(c, MHD_HTTP_SERVICE_UNAVAILABLE, "too_many_streams", NULL,
+                                 "%u event streams are open, the most this daemon serves; try again later, "
+                                 "or poll GET /v1/jobs/%lld", total, (long long)c->id);
+        return tq_send_error(c, MHD_HTTP_SERVICE_UNAVAILABLE, "too_many_streams", NULL,
+                             "%u event streams are open from your address, the most one client may hold; "
+                             "close one, or poll GET /v1/jobs/%lld", mine, (long long)c->id);
+    }
     s->next = c->api->sse_list;
     c->api->sse_list = s;
     pthread_mutex_unlock(&c->api->sse_mu);
     c->req->sse = s;   /* freed with the request (completed callback) */
+    put(s, "retry: 2000\n\n", 13);
+    struct MHD_Response *r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024, reader, s, NULL);
+    if (!r) return MHD_NO;   /* s goes with the request */
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
+    MHD_add_response_header(r, "X-Accel-Buffering", "no");
     enum MHD_Result ret = MHD_queue_response(c->conn, MHD_HTTP_OK, r);
     MHD_destroy_response(r);
     return ret;

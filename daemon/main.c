@@ -6,6 +6,7 @@
 #include "../schema/store.h"
 #include "util.h"
 #include "daemon.h"
+#include "client/client.h"
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <math.h>
@@ -23,8 +24,9 @@ static void usage(FILE *f) {
         "       trainq plan SPEC.json [--memory-mb MB]\n"
         "       trainq devices\n"
         "       trainq version\n"
-        "       trainq serve [--db PATH] [--listen HOST:PORT] [--devices auto|cpu] [--config FILE]\n"
+        "       trainq serve [--db PATH] [--listen HOST:PORT] [--devices auto|cpu,cuda:N...] [--socket PATH] [--config FILE] ...   (trainq serve --help)\n"
         "       trainq worker --db PATH --job ID   (internal: started by serve)\n");
+    tq_client_usage(f);
 }
 
 static char *read_file(const char *path, char *err, size_t errlen) {
@@ -372,6 +374,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "devices")) return cmd_devices();
     if (!strcmp(cmd, "serve")) return tq_cmd_serve(argc - 2, argv + 2);
     if (!strcmp(cmd, "worker")) return tq_cmd_worker(argc - 2, argv + 2);
+    if (tq_client_is_command(cmd)) return tq_client_main(argc - 1, argv + 1);   /* client/ */
     if (!strcmp(cmd, "version") || !strcmp(cmd, "--version")) { printf("trainq %s\n", TQ_VERSION); return 0; }
     if (!strcmp(cmd, "help") || !strcmp(cmd, "--help") || !strcmp(cmd, "-h")) { usage(stdout); return 0; }
     fprintf(stderr, "trainq: unknown command \"%s\"\n", cmd);

@@ -64,12 +64,13 @@ typedef struct {
     char max_jobs[32], gpu_reserve_mb[32], cpu_memory_mb[32], backfill_window[32];
     /* owners (issue 15) */
     char socket[1024], fair_window[32], max_per_user[32], admin_group[64], private_jobs[16], remote_writes[16];
+    char header_timeout[32];
 } serve_cfg;
 
 /* the flags and config keys that take a value, in one table: set[] marks the ones the command
  * line gave (they win over the config file) */
 enum { K_DB, K_LISTEN, K_DEVICES, K_MAX_JOBS, K_RESERVE, K_CPU_MEM, K_BACKFILL, K_SOCKET, K_FAIR,
-       K_MAXUSER, K_ADMIN, K_PRIVATE, K_REMOTE, K_COUNT };
+       K_MAXUSER, K_ADMIN, K_PRIVATE, K_REMOTE, K_HEADER, K_COUNT };
 static const struct { const char *flag, *key; } keys[K_COUNT] = {
     { "--db", "db" }, { "--listen", "listen" }, { "--devices", "devices" },
     { "--max-jobs-per-device", "max_jobs_per_device" }, { "--gpu-reserve-mb", "gpu_reserve_mb" },
@@ -77,6 +78,7 @@ static const struct { const char *flag, *key; } keys[K_COUNT] = {
     { "--socket", "socket" }, { "--fair-share-window", "fair_share_window" },
     { "--max-running-per-user", "max_running_per_user" }, { "--admin-group", "admin_group" },
     { "--private-jobs", "private_jobs" }, { "--allow-remote-writes", "allow_remote_writes" },
+    { "--header-timeout", "header_timeout" },
 };
 static char *cfg_field(serve_cfg *c, int k, size_t *n) {
     switch (k) {
@@ -92,6 +94,7 @@ static char *cfg_field(serve_cfg *c, int k, size_t *n) {
     case K_ADMIN: *n = sizeof c->admin_group; return c->admin_group;
     case K_PRIVATE: *n = sizeof c->private_jobs; return c->private_jobs;
     case K_REMOTE: *n = sizeof c->remote_writes; return c->remote_writes;
+    case K_HEADER: *n = sizeof c->header_timeout; return c->header_timeout;
     default: *n = sizeof c->backfill_window; return c->backfill_window;
     }
 }
@@ -199,6 +202,7 @@ typedef struct {
     double fair_window_s;                   /* fair share's look-back (default 24 h; 0 off) */
     int max_per_user;                       /* 0: unlimited */
     int private_jobs, remote_writes;        /* booleans */
+    double header_timeout_s;                /* a request's deadline (0: the API's 10 s) */
 } placement_cfg;
 
 /* true/false/yes/no/1/0/on/off */
@@ -296,6 +300,15 @@ static int check_placement(const serve_cfg *c, placement_cfg *p) {
     if (c->private_jobs[0] && parse_bool(c->private_jobs, &p->private_jobs)) {
         fprintf(stderr, "trainq serve: --private-jobs \"%s\": want true or false\n", c->private_jobs);
         return 2;
+    }
+    p->header_timeout_s = 0;
+    if (c->header_timeout[0]) {
+        if (parse_duration(c->header_timeout, &p->header_timeout_s) || p->header_timeout_s < 1 ||
+            p->header_timeout_s > 3600) {
+            fprintf(stderr, "trainq serve: --header-timeout \"%s\": want a duration of 1 s to 1 h (e.g. 10, 30s)\n",
+                    c->header_timeout);
+            return 2;
+        }
     }
     if (c->remote_writes[0] && parse_bool(c->remote_writes, &p->remote_writes)) {
         fprintf(stderr, "trainq serve: --allow-remote-writes \"%s\": want true or false\n", c->remote_writes);
@@ -939,8 +952,14 @@ static int reap(supervisor *s, int stopping) {
 
 static void usage(void) {
     fprintf(stderr, "usage: trainq serve [--db PATH] [--listen HOST:PORT] [--devices auto|cpu,cuda:0,...] [--config FILE]\n"
-                    "                    [--max-jobs-per-device N] [--gpu-reserve-mb MB] [--cpu-memory-mb MB]\n"
-                    "                    [--backfill-window DURATION]\n");
+                    "                    [--socket PATH|none]\n"
+                    "  placement: [--max-jobs-per-device N] [--gpu-reserve-mb MB] [--cpu-memory-mb MB]\n"
+                    "             [--backfill-window DURATION]\n"
+                    "  owners:    [--admin-group GROUP] [--private-jobs true|false] [--allow-remote-writes true|false]\n"
+                    "             [--fair-share-window DURATION] [--max-running-per-user N]\n"
+                    "  requests:  [--header-timeout DURATION]   (a request's headers and body, default 10 s)\n"
+                    "Every option is also a config-file key (--max-jobs-per-device -> max_jobs_per_device);\n"
+                    "the command line wins. README.md and docs/api.md say what each does.\n");
 }
 
 int tq_cmd_serve(int argc, char **argv) {
@@ -1107,7 +1126,7 @@ int tq_cmd_serve(int argc, char **argv) {
     tq_api_config ac = { host, port, cfg.db, jobs_dir, cfg.devices, gpus, ngpus, cuda_why,
                          cfg.allowed_hosts[0] ? cfg.allowed_hosts : NULL, cfg.threads, 0, sup.ledger,
                          cfg.admin_group[0] ? cfg.admin_group : NULL, pc.private_jobs, pc.remote_writes,
-                         no_sock ? NULL : sock, pc.fair_window_s };
+                         no_sock ? NULL : sock, pc.fair_window_s, pc.header_timeout_s };
     tq_api *api = tq_api_start(&ac, err, sizeof err);
     if (!api) {
         fprintf(stderr, "trainq serve: %s\n", err);

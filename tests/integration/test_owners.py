@@ -181,3 +181,35 @@ def test_a_file_replaced_after_the_check_is_refused(make_daemon, tmp_path):
     j = d.wait_state(jid, ("failed", "succeeded"), timeout=120)
     assert j["state"] == "failed" and j["error"]["code"] == "input_changed", j
     assert str(data) in j["error"]["message"], j
+
+
+STREAMS_CLIENT = r"""
+import json, os, socket, sys, time
+uid, port, job, n = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+os.setgroups([]); os.setgid(uid); os.setuid(uid)
+socks, statuses = [], []
+for i in range(n):
+    s = socket.create_connection(("127.0.0.1", port), timeout=20)
+    s.sendall(("GET /v1/jobs/%d/events HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n" % job).encode())
+    head = b""
+    while b"\r\n" not in head:
+        head += s.recv(1)
+    statuses.append(int(head.split()[1]))
+    socks.append(s)
+print(json.dumps(statuses))
+"""
+
+
+def test_event_streams_are_capped_per_user(root, make_daemon):
+    d = make_daemon()
+    jid = d.submit(spec(name="watched"))["id"]
+    d.wait_state(jid, "running", timeout=60)
+    out = subprocess.run([sys.executable, "-c", STREAMS_CLIENT, "65534", str(d.port), str(jid), "66"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    statuses = json.loads(out.stdout)
+    assert statuses[:64] == [200] * 64 and statuses[64:] == [503, 503], statuses
+    # another user is not affected by nobody's streams
+    r = as_user(d, "daemon", "GET", "/v1/jobs/%d" % jid)
+    assert r["status"] == 200
+    d.request("POST", "/v1/jobs/%d/cancel" % jid, {})
