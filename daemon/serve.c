@@ -400,14 +400,16 @@ static int probe_gpus(const char *devices, tq_api_gpu *out, int max, char *why, 
 
 extern char **environ;
 
-/* The worker's environment: the daemon's, plus OMP_WAIT_POLICY=PASSIVE for a CPU job when CPU
- * jobs may run side by side (unless the daemon's environment sets a policy). OpenMP's threads
- * otherwise spin while they wait, and two spinning teams on the same cores starve each other:
- * two resnet20 jobs of 2 threads each on 2 cores took 113 s together with the default policy
- * and 7.7 s with PASSIVE. Built before fork (setenv is not safe in the child of a threaded
- * process). NULL: use environ as it is. malloc'd array of borrowed strings. */
-static char **worker_env(int shared_cpu) {
-    if (!shared_cpu || getenv("OMP_WAIT_POLICY")) return NULL;
+/* The worker's environment: the daemon's, plus OMP_WAIT_POLICY=PASSIVE for a CPU job (unless
+ * the daemon's environment sets a policy). OpenMP's threads otherwise spin while they wait, and
+ * on a shared workstation the cores are rarely the job's alone: two resnet20 jobs of 2 threads
+ * each on 2 cores took 113 s together with the default policy and 7.7 s with PASSIVE, and
+ * bench/pack's queue of 8 jobs one at a time took 209 s spinning and 46 s passive while other
+ * processes used the machine (docs/benchmarks.md). Built before fork (setenv is not safe in
+ * the child of a threaded process). NULL: use environ as it is. malloc'd array of borrowed
+ * strings. */
+static char **worker_env(int cpu) {
+    if (!cpu || getenv("OMP_WAIT_POLICY")) return NULL;
     size_t n = 0;
     while (environ[n]) n++;
     char **env = malloc((n + 2) * sizeof *env);
@@ -421,9 +423,9 @@ static char **worker_env(int shared_cpu) {
 /* Starts the worker with its stdout/stderr on logfd (-1: the daemon's); *report receives the
  * read end of its report pipe (or -1). */
 static pid_t spawn_worker(const char *db, int64_t id, const char *device, int threads, long long mem_limit,
-                          int shared_cpu, int logfd, int *report) {
+                          int cpu, int logfd, int *report) {
     char idbuf[32], thbuf[32], membuf[32];
-    char **env = worker_env(shared_cpu);
+    char **env = worker_env(cpu);
     int pfd[2] = { -1, -1 };
     *report = -1;
     if (pipe2(pfd, O_CLOEXEC)) pfd[0] = pfd[1] = -1;
@@ -868,7 +870,7 @@ static int place_round(supervisor *s) {
                 int hn = snprintf(head, sizeof head, "---- trainq serve: job %lld starts on %s at %s\n", (long long)id, dev, when);
                 if (write(logfd, head, (size_t)hn) != hn) {}
             }
-            pid_t pid = spawn_worker(s->db, id, dev, gpu ? 0 : o->threads, limit, !gpu && s->devs[o->dev].max_jobs > 1,
+            pid_t pid = spawn_worker(s->db, id, dev, gpu ? 0 : o->threads, limit, !gpu,
                                      logfd, &report);
             if (logfd >= 0) close(logfd);
             if (pid < 0) {
