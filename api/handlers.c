@@ -9,6 +9,7 @@
 #include "peer.h"
 
 #include <errno.h>
+#include <pwd.h>
 #include <stdarg.h>
 #include <fcntl.h>
 #include <ftw.h>
@@ -30,6 +31,12 @@ static const char *const no_params[] = { NULL };
 
 /* ---- owners (peer.h) -------------------------------------------------------------------- */
 
+static int user_exists(const char *name) {
+    struct passwd pw, *res = NULL;
+    char buf[4096];
+    return getpwnam_r(name, &pw, buf, sizeof buf, &res) == 0 && res;
+}
+
 /* The job's owner as shown: its user name, or "unknown" (a job from before owners, or from a
  * connection without identity). */
 static const char *owner_shown(const tq_job *j) { return j->owner[0] ? j->owner : "unknown"; }
@@ -45,6 +52,12 @@ static int may_act(const tq_api *a, const tq_peer *p, const tq_job *j) {
 /* Writes need a local peer: from another host (no identity) only with allow_remote_writes.
  * 1 allowed; 0 answered. */
 static int may_write(tq_ctx *c, const tq_peer *p, enum MHD_Result *ans) {
+    if (!p->remote && !p->known) {   /* a local listener whose peer the kernel would not name */
+        *ans = tq_send_error(c, MHD_HTTP_UNAUTHORIZED, "unknown_peer", NULL,
+                             "the kernel could not say which user is on the other end of this connection "
+                             "(SO_PEERCRED / sock_diag failed), so nothing may be changed through it");
+        return 0;
+    }
     if (!p->remote || c->api->remote_writes) return 1;
     *ans = tq_send_error(c, MHD_HTTP_FORBIDDEN, "forbidden", NULL,
                          "this connection comes from another host, which has no identity: the API is read-only "
@@ -381,6 +394,16 @@ enum MHD_Result tq_h_list(tq_ctx *c) {
     } else if (owner && (!owner[0] || strlen(owner) > 63)) {
         return tq_send_error(c, MHD_HTTP_BAD_REQUEST, "invalid_parameter", "owner",
                              "owner must be me, unknown or a user name of at most 63 bytes");
+    } else if (owner && !user_exists(owner)) {
+        tq_user_usage *u = NULL;   /* a user gone since, who still owns jobs, is fine */
+        int nu = 0, found = 0;
+        tq_store *st = tq_api_store(c);
+        if (st && tq_queue_users(st, 0, &u, &nu) == 0)
+            for (int i = 0; i < nu; i++) found |= !strcmp(u[i].owner, owner);
+        free(u);
+        if (!found)
+            return tq_send_error(c, MHD_HTTP_BAD_REQUEST, "invalid_parameter", "owner",
+                                 "owner \"%.63s\": no such user on this machine", owner);
     }
     if (c->api->private_jobs && !(peer.known && tq_peer_is_admin(peer.uid, c->api->admin_group))) {
         if (!peer.known) return tq_send_error(c, MHD_HTTP_FORBIDDEN, "forbidden", NULL,

@@ -213,3 +213,23 @@ def test_event_streams_are_capped_per_user(root, make_daemon):
     r = as_user(d, "daemon", "GET", "/v1/jobs/%d" % jid)
     assert r["status"] == 200
     d.request("POST", "/v1/jobs/%d/cancel" % jid, {})
+
+
+def test_fair_share_and_owner_filter_errors(root, make_daemon):
+    """A has used the device and has three jobs queued before B's one, all priority 0: B's job
+    runs next. An unknown user in ?owner= is a 400."""
+    d = make_daemon(args=["--max-jobs-per-device", "1"])
+    first = as_user(d, "daemon", "POST", "/v1/jobs", spec(name="a0"))["json"]["id"]
+    d.wait_state(first, "running", timeout=60)
+    d.wait_step(first, 5, timeout=60)                      # A's device time accrues
+    a = [as_user(d, "daemon", "POST", "/v1/jobs", spec(name="a%d" % i))["json"]["id"] for i in (1, 2, 3)]
+    b = as_user(d, "nobody", "POST", "/v1/jobs", spec(name="b"))["json"]["id"]
+    assert d.request("POST", "/v1/jobs/%d/cancel" % first, {}).status == 200
+    j = d.wait_state(b, "running", timeout=60)
+    assert [d.job(i)["state"] for i in a] == ["queued"] * 3, "B's job went first"
+    users = {u["user"]: u for u in d.get("/v1/users")["users"]}
+    assert users["daemon"]["device_hours_window"] > 0 and users["daemon"]["queued"] == 3, users
+    r = d.request("GET", "/v1/jobs?owner=no-such-user-xyz")
+    assert r.status == 400 and r.json()["error"]["field"] == "owner", r
+    for i in a + [b]:
+        d.request("POST", "/v1/jobs/%d/cancel" % i, {})
