@@ -57,7 +57,9 @@ static int list(const char *query, const char *owner, cJSON **out) {
     if (r.status != 200) {
         char msg[1024], field[64];
         tq_http_errfield(&r, field, sizeof field);
-        if (owner && r.status == 400 && (!strcmp(field, "owner") || strstr(tq_http_errmsg(&r, msg, sizeof msg), "owner")))
+        /* an old daemon refuses the parameter itself ("unknown"); a new one may refuse its value */
+        if (owner && r.status == 400 && strstr(tq_http_errmsg(&r, msg, sizeof msg), "unknown") &&
+            (!strcmp(field, "owner") || strstr(msg, "owner")))
             fprintf(stderr, "trainq ls: this daemon does not filter by owner (--owner): it answered: %s\n"
                             "  (a newer trainq serve does; without --owner, ls shows everyone's jobs)\n",
                     tq_http_errmsg(&r, msg, sizeof msg));
