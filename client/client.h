@@ -84,6 +84,9 @@ int tq_cli_parse_id(const char *s, long long *id);
 /* GET path and parse the JSON answer into *out (cJSON_Delete it). 0 ok, TQ_CLI_FAILED with a
  * message "PROG: WHAT: server message" for an error status or a body that is not JSON,
  * TQ_CLI_UNREACHABLE. */
+/* The same; what NULL: messages are "PROG: MESSAGE"; raw: print the body as it came (--json)
+ * and return 0 with *out NULL. */
+int tq_cli_get_json_raw(const char *prog, const char *what, const char *path, int raw, cJSON **out);
 int tq_cli_get_json(const char *prog, const char *what, const char *path, cJSON **out);
 
 /* Numbers as people read them; each returns buf. */

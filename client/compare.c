@@ -65,24 +65,9 @@ int tq_cli_compare(int argc, char **argv) {
     char path[1200];
     if (baseline) snprintf(path, sizeof path, "/v1/compare?ids=%s&baseline=%lld", ids, baseline);
     else snprintf(path, sizeof path, "/v1/compare?ids=%s", ids);
-    tq_http_resp r;
-    int rc = tq_http_request("GET", path, NULL, &r);
-    if (rc) return rc;
-    if (r.status != 200) {
-        char msg[1024];
-        fprintf(stderr, "%s: %s\n", prog, tq_http_errmsg(&r, msg, sizeof msg));
-        tq_http_resp_free(&r);
-        return TQ_CLI_FAILED;
-    }
-    if (json) {
-        fwrite(r.body, 1, r.len, stdout);
-        if (!r.len || r.body[r.len - 1] != '\n') putchar('\n');
-        tq_http_resp_free(&r);
-        return 0;
-    }
-    cJSON *o = cJSON_Parse(r.body);
-    tq_http_resp_free(&r);
-    if (!o) { fprintf(stderr, "%s: the daemon's answer is not JSON\n", prog); return TQ_CLI_FAILED; }
+    cJSON *o;
+    int rc = tq_cli_get_json_raw(prog, NULL, path, json, &o);
+    if (rc || json) return rc;
 
     static const char *const head[] = { "ID", "NAME", "STATE", "MODEL", "AMP", "BATCH", "STEPS", "SAMPLES/S",
                                         "VS", "PEAK MEM", "VS", "FINAL LOSS", "VAL ACC", "VS", "WALL" };

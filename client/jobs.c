@@ -216,24 +216,9 @@ int tq_cli_show(int argc, char **argv) {
     if (tq_cli_parse_id(ids, &id)) { fprintf(stderr, "trainq show: \"%s\" is not a job id\n", ids); return TQ_CLI_USAGE; }
     char path[64];
     snprintf(path, sizeof path, "/v1/jobs/%lld", id);
-    tq_http_resp r;
-    int rc = tq_http_request("GET", path, NULL, &r);
-    if (rc) return rc;
-    if (r.status != 200) {
-        char msg[1024];
-        fprintf(stderr, "trainq show: %s\n", tq_http_errmsg(&r, msg, sizeof msg));
-        tq_http_resp_free(&r);
-        return TQ_CLI_FAILED;
-    }
-    if (json) {
-        fwrite(r.body, 1, r.len, stdout);
-        if (!r.len || r.body[r.len - 1] != '\n') putchar('\n');
-        tq_http_resp_free(&r);
-        return 0;
-    }
-    cJSON *j = cJSON_Parse(r.body);
-    tq_http_resp_free(&r);
-    if (!j) { fprintf(stderr, "trainq show: the daemon's answer is not JSON\n"); return TQ_CLI_FAILED; }
+    cJSON *j;
+    int rc = tq_cli_get_json_raw("trainq show", NULL, path, json, &j);
+    if (rc || json) return rc;
 
     char a[64], b[64], c[64], d[64];
     double now = tq_now_s();

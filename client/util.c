@@ -18,24 +18,34 @@ int tq_cli_parse_id(const char *s, long long *id) {
     return 0;
 }
 
-int tq_cli_get_json(const char *prog, const char *what, const char *path, cJSON **out) {
+int tq_cli_get_json_raw(const char *prog, const char *what, const char *path, int raw, cJSON **out) {
     *out = NULL;
     tq_http_resp r;
     int rc = tq_http_request("GET", path, NULL, &r);
     if (rc) return rc;
+    char msg[1024];
     if (r.status != 200) {
-        char msg[1024];
-        fprintf(stderr, "%s: %s: %s\n", prog, what, tq_http_errmsg(&r, msg, sizeof msg));
+        fprintf(stderr, "%s: %s%s%s\n", prog, what ? what : "", what ? ": " : "", tq_http_errmsg(&r, msg, sizeof msg));
         tq_http_resp_free(&r);
         return TQ_CLI_FAILED;
+    }
+    if (raw) {   /* --json: the daemon's answer as it is */
+        fwrite(r.body, 1, r.len, stdout);
+        if (!r.len || r.body[r.len - 1] != '\n') putchar('\n');
+        tq_http_resp_free(&r);
+        return 0;
     }
     *out = cJSON_Parse(r.body);
     tq_http_resp_free(&r);
     if (!*out) {
-        fprintf(stderr, "%s: %s: the daemon's answer is not JSON\n", prog, what);
+        fprintf(stderr, "%s: %s%sthe daemon's answer is not JSON\n", prog, what ? what : "", what ? ": " : "");
         return TQ_CLI_FAILED;
     }
     return 0;
+}
+
+int tq_cli_get_json(const char *prog, const char *what, const char *path, cJSON **out) {
+    return tq_cli_get_json_raw(prog, what, path, 0, out);
 }
 
 /* ---- numbers for people ------------------------------------------------------------------ */
