@@ -71,6 +71,10 @@ const char *tq_dataset_name(tq_data_kind k) {
 const char *tq_amp_name(tq_amp a) {
     return (int)a >= 0 && (int)a < COUNT(amp_names) ? amp_names[a] : "?";
 }
+const char *tq_tf32_name(tq_tf32 t) {
+    static const char *const names[] = { "off", "conv", "all" };
+    return (int)t >= 0 && (int)t < COUNT(names) ? names[t] : "?";
+}
 
 static int lookup(const char *const *names, int n, const char *s) {
     for (int i = 0; i < n; i++)
@@ -132,6 +136,9 @@ void tq_spec_defaults(tq_spec *s) {
     s->synthetic.w = 32;
     s->synthetic.c = 3;
     s->threads = 0;
+    s->tf32 = TQ_TF32_CONV;
+    s->cuda_graphs = 0;
+    s->n_after = 0;
 }
 
 /* ---- errors --------------------------------------------------------------------------- */
@@ -639,6 +646,29 @@ static int parse_device(tq_spec *s, const cJSON *v, tq_spec_err *e) {
                 describe(v, got, sizeof got));
 }
 
+/* "after": [job ids]: distinct integers >= 1, at most TQ_AFTER_MAX; null or [] for none */
+static int parse_after(tq_spec *s, const cJSON *v, tq_spec_err *e) {
+    s->n_after = 0;
+    if (cJSON_IsNull(v)) return TQ_SPEC_OK;
+    char got[96];
+    if (!cJSON_IsArray(v))
+        return fail(e, "after", "after must be an array of job ids (got %s)", describe(v, got, sizeof got));
+    int n = 0;
+    for (const cJSON *c = v->child; c; c = c->next, n++) {
+        char f[32];
+        snprintf(f, sizeof f, "after[%d]", n);
+        if (n >= TQ_AFTER_MAX)
+            return fail(e, "after", "after lists more than %d jobs", TQ_AFTER_MAX);
+        int64_t id = 0;
+        if (get_int(e, f, c, 1, INT_MAX_JSON, &id)) return TQ_SPEC_BAD;
+        for (int k = 0; k < n; k++)
+            if (s->after[k] == id) return fail(e, f, "%s repeats job %" PRId64 " (already after[%d])", f, id, k);
+        s->after[n] = id;
+    }
+    s->n_after = n;
+    return TQ_SPEC_OK;
+}
+
 /* ---- the root ------------------------------------------------------------------------- */
 
 /* The root's members; the order is the contract's and the rendering's. */
@@ -648,7 +678,8 @@ static int parse_device(tq_spec *s, const cJSON *v, tq_spec_err *e) {
     X(epochs) X(optimizer) X(lr_schedule) X(loss_scale) X(seed) X(shuffle) X(augment)         \
     X(train_subset) X(eval_subset) X(eval_every) X(checkpoint_every) X(init_from) X(device)   \
     X(max_memory_mb) X(priority) X(submission_id) X(timeout_s) X(cudnn_benchmark) X(prune)    \
-    X(quantize) X(synthetic) X(threads) X(recompute) X(deterministic)
+    X(quantize) X(synthetic) X(threads) X(recompute) X(deterministic) X(tf32) X(cuda_graphs)    \
+    X(after)
 
 enum {
 #define X(n) F_##n,
@@ -746,6 +777,13 @@ static int parse_member(tq_spec *s, int f, const cJSON *v, tq_spec_err *e) {
         return fail(e, fn, "quantize must be \"int8\" or null (got %s)", describe(v, got, sizeof got));
     case F_synthetic: return parse_synthetic(s, v, e);
     case F_threads: return get_int32(e, fn, v, 0, 256, &s->threads);
+    case F_tf32:
+        if (cJSON_IsBool(v)) { s->tf32 = cJSON_IsTrue(v) ? TQ_TF32_ALL : TQ_TF32_OFF; return TQ_SPEC_OK; }
+        if (cJSON_IsString(v) && !strcmp(v->valuestring, "conv")) { s->tf32 = TQ_TF32_CONV; return TQ_SPEC_OK; }
+        return fail(e, fn, "tf32 must be false (never), \"conv\" (convolutions only, PyTorch's default) or "
+                    "true (convolutions and matmuls) (got %s)", describe(v, got, sizeof got));
+    case F_cuda_graphs: return get_bool(e, fn, v, &s->cuda_graphs);
+    case F_after: return parse_after(s, v, e);
     }
     return fail(e, fn, "internal error: unhandled field %s", fn);
 }
@@ -1016,6 +1054,17 @@ char *tq_spec_to_json(const tq_spec *s) {
     add_int(&b, r, "threads", s->threads);
     add_bool(&b, r, "recompute", s->recompute);
     add_bool(&b, r, "deterministic", s->deterministic);
+    if (s->tf32 == TQ_TF32_CONV) add_str(&b, r, "tf32", "conv");
+    else add_bool(&b, r, "tf32", s->tf32 == TQ_TF32_ALL);
+    add_bool(&b, r, "cuda_graphs", s->cuda_graphs);
+    {
+        cJSON *a = cJSON_CreateArray();
+        for (int k = 0; a && k < s->n_after; k++) {
+            cJSON *x = int_item(s->after[k]);
+            if (!x || !cJSON_AddItemToArray(a, x)) { cJSON_Delete(x); b.ok = 0; }
+        }
+        add_item(&b, r, "after", a);
+    }
     char *text = b.ok ? cJSON_PrintUnformatted(r) : NULL;
     cJSON_Delete(r);
     return text;

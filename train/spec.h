@@ -19,6 +19,11 @@ typedef enum { TQ_DATA_FASHION_MNIST, TQ_DATA_CIFAR10, TQ_DATA_SYNTHETIC } tq_da
 typedef enum { TQ_AMP_OFF = 0, TQ_AMP_FP16 = 1, TQ_AMP_BF16 = 2 } tq_amp;
 typedef enum { TQ_OPT_SGD, TQ_OPT_ADAMW } tq_opt_kind;
 typedef enum { TQ_SCHED_CONSTANT, TQ_SCHED_COSINE, TQ_SCHED_STEP, TQ_SCHED_ONECYCLE } tq_sched_kind;
+/* TF32 on the GPU (Ampere and later; ignored on the CPU): PyTorch's defaults are "conv"
+ * (torch.backends.cudnn.allow_tf32 = True, torch.backends.cuda.matmul.allow_tf32 = False) */
+typedef enum { TQ_TF32_OFF = 0, TQ_TF32_CONV = 1, TQ_TF32_ALL = 2 } tq_tf32;
+
+#define TQ_AFTER_MAX 16   /* job ids a job may wait for ("after") */
 
 typedef struct {
     char name[129];
@@ -63,6 +68,10 @@ typedef struct {
     int quantize_int8;                /* 0/1 */
     struct { int64_t train, test; int h, w, c; } synthetic; /* defaults 10000, 2000, 32, 32, 3 */
     int threads;                      /* CPU threads, 0 = all cores (addition to the contract) */
+    tq_tf32 tf32;                     /* default TQ_TF32_CONV (PyTorch's defaults) */
+    int cuda_graphs;                  /* default 0: capture each step as a CUDA graph and replay it */
+    int n_after;                      /* run only after these jobs succeeded (sbatch afterok) */
+    int64_t after[TQ_AFTER_MAX];      /* distinct job ids >= 1, in the order given */
 } tq_spec;
 
 typedef struct { char field[64]; char message[256]; } tq_spec_err;
@@ -90,6 +99,7 @@ int tq_spec_batch_candidates(int64_t effective_batch, int *out, int max);
 const char *tq_model_name(tq_model_kind);
 const char *tq_dataset_name(tq_data_kind);
 const char *tq_amp_name(tq_amp);
+const char *tq_tf32_name(tq_tf32);   /* "off", "conv", "all" (the spec renders false/"conv"/true) */
 static inline tq_dtype tq_amp_dtype(tq_amp a) { return a == TQ_AMP_FP16 ? TQ_F16 : a == TQ_AMP_BF16 ? TQ_BF16 : TQ_F32; }
 
 #endif

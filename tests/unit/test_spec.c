@@ -45,7 +45,8 @@ static int spec_equal(const tq_spec *a, const tq_spec *b) {
     EQ(checkpoint_every); SEQ(init_from); SEQ(device); EQ(max_memory_mb); EQ(priority);
     SEQ(submission_id); EQ(timeout_s); EQ(cudnn_benchmark); EQ(prune_amount); EQ(quantize_int8);
     EQ(synthetic.train); EQ(synthetic.test); EQ(synthetic.h); EQ(synthetic.w); EQ(synthetic.c);
-    EQ(threads); EQ(recompute); EQ(deterministic);
+    EQ(threads); EQ(recompute); EQ(deterministic); EQ(tf32); EQ(cuda_graphs); EQ(n_after);
+    for (int k = 0; k < a->n_after; k++) EQ(after[k]);
 #undef EQ
 #undef SEQ
     return 1;
@@ -163,7 +164,7 @@ static void test_default_rendering(void **state) {
         "\"eval_every\":0,\"checkpoint_every\":500,\"init_from\":null,\"device\":\"auto\","
         "\"max_memory_mb\":null,\"priority\":0,\"submission_id\":null,\"timeout_s\":null,"
         "\"cudnn_benchmark\":true,\"prune\":null,\"quantize\":null,\"threads\":0,\"recompute\":true,"
-        "\"deterministic\":true}");
+        "\"deterministic\":true,\"tf32\":\"conv\",\"cuda_graphs\":false,\"after\":[]}");
     free(text);
 }
 
@@ -444,6 +445,14 @@ static const bad_case bad_cases[] = {
     { "{\"shuffle\":null}", "shuffle" }, { "{\"augment\":0}", "augment" },
     { "{\"cudnn_benchmark\":\"yes\"}", "cudnn_benchmark" },
     { "{\"deterministic\":0}", "deterministic" }, { "{\"deterministic\":\"false\"}", "deterministic" },
+    { "{\"cuda_graphs\":1}", "cuda_graphs" }, { "{\"cuda_graphs\":null}", "cuda_graphs" },
+    /* tf32 */
+    { "{\"tf32\":\"all\"}", "tf32" }, { "{\"tf32\":1}", "tf32" }, { "{\"tf32\":null}", "tf32" },
+    /* after */
+    { "{\"after\":5}", "after" }, { "{\"after\":[0]}", "after[0]" }, { "{\"after\":[1,-2]}", "after[1]" },
+    { "{\"after\":[1.5]}", "after[0]" }, { "{\"after\":[\"3\"]}", "after[0]" },
+    { "{\"after\":[4,4]}", "after[1]" }, { "{\"after\":{}}", "after" },
+    { "{\"after\":[1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17]}", "after" },
     /* amp */
     { "{\"amp\":\"fp32\"}", "amp" }, { "{\"amp\":\"FP16\"}", "amp" }, { "{\"amp\":1}", "amp" },
     { "{\"amp\":null}", "amp" }, { "{\"amp\":\"\"}", "amp" },
@@ -1020,7 +1029,7 @@ static void test_rendering(void **state) {
         "lr_schedule", "loss_scale", "seed", "shuffle", "augment", "train_subset", "eval_subset",
         "eval_every", "checkpoint_every", "init_from", "device", "max_memory_mb", "priority",
         "submission_id", "timeout_s", "cudnn_benchmark", "prune", "quantize", "threads", "recompute",
-        "deterministic" };
+        "deterministic", "tf32", "cuda_graphs", "after" };
     j = render("{}");
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) {
         if (!cJSON_GetObjectItemCaseSensitive(j, all[i])) print_error("missing %s\n", all[i]);
@@ -1061,7 +1070,10 @@ static void test_round_trip(void **state) {
         "\"init_from\":\"/w/init.safetensors\",\"device\":\"cuda:1\",\"max_memory_mb\":8000,"
         "\"priority\":-7,\"submission_id\":\"sub-42\",\"timeout_s\":3600,\"cudnn_benchmark\":false,"
         "\"prune\":{\"amount\":0.95},\"quantize\":\"int8\",\"threads\":16,"
-        "\"recompute\":false,\"deterministic\":false}");
+        "\"recompute\":false,\"deterministic\":false,\"tf32\":true,\"cuda_graphs\":true,"
+        "\"after\":[3,1,9007199254740991]}");
+    check_round_trip("{\"tf32\":false,\"after\":null}");
+    check_round_trip("{\"tf32\":\"conv\",\"after\":[]}");
     /* batch_size "auto" (unresolved and resolved) and effective_batch with an explicit batch */
     check_round_trip("{\"batch_size\":\"auto\",\"effective_batch\":256}");
     check_round_trip("{\"batch_size\":\"auto\",\"effective_batch\":256,\"accum_steps\":8}");
