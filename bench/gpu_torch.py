@@ -3,7 +3,9 @@
 
 channels_last, torch.backends.cudnn.benchmark = True, torch.autocast(dtype) for AMP with a
 GradScaler for fp16, the usual accumulation loop (loss / accum, backward per micro-batch, one
-step), fp32 math exact (TF32 off, as trainq's fp32). For each (batch, amp, accum) prints one
+step), TF32 as --tf32 says: "conv" (the default) is PyTorch's defaults and trainq's (cuDNN may
+run fp32 convolutions in TF32, matmuls stay fp32), "off" and "all" as trainq's spec tf32 false
+and true. For each (batch, amp, accum) prints one
 JSON line: samples_per_s (effective batch / median step time after the warmup, timed with
 torch.cuda.synchronize around each step) and peak_memory_bytes (torch.cuda.max_memory_allocated
 over the timed steps, after reset_peak_memory_stats).
@@ -71,13 +73,15 @@ def main():
     ap.add_argument("--warmup", type=int, default=8)
     ap.add_argument("--shape", default="32,32,3", help="H,W,C")
     ap.add_argument("--cells", default="", help="BATCH:AMP:ACCUM,... in this order (instead of the grid)")
+    ap.add_argument("--tf32", default="conv", choices=("off", "conv", "all"),
+                    help="TF32 for fp32: conv (PyTorch's and trainq's default), off, all")
     a = ap.parse_args()
     if not torch.cuda.is_available():
         print("gpu_torch: PyTorch sees no CUDA device", file=sys.stderr)
         return 77
     torch.backends.cudnn.benchmark = True
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
+    torch.backends.cuda.matmul.allow_tf32 = a.tf32 == "all"
+    torch.backends.cudnn.allow_tf32 = a.tf32 != "off"
     h, w, c = (int(v) for v in a.shape.split(","))
     if a.cells:
         cells = [(int(b), amp, int(acc)) for b, amp, acc in (x.split(":") for x in a.cells.split(","))]
@@ -86,6 +90,7 @@ def main():
                  for acc in a.accums.split(",")]
     for b, amp, acc in cells:
         r = one(a.model, b, amp, acc, a.steps, a.warmup, h, w, c)
+        r["tf32"] = a.tf32
         print(json.dumps(r), flush=True)
         torch.cuda.empty_cache()
     return 0

@@ -164,7 +164,54 @@ typedef struct tq_backend_i {
                       int32_t *labels, const uint8_t *images, const uint8_t *lab,
                       const int32_t *idx, const tq_aug *aug, int pad, const float *mean,
                       const float *inv_std);
+
+    /* ---- the step on the device (spec cuda_graphs: train/trainer.c, docs/engine.md) ----
+     * softmax_ce, unscale_check, sgd_step and adamw_step with the loss scale, the learning rate
+     * and AdamW's bias corrections read from the backend's memory (kernels/common's
+     * tq_dstep_state / tq_dstep_in) when the op runs, not passed when it is issued, with the
+     * arithmetic of the plain ops bit for bit: grad_scale = tq_dstep_grad_scale(st->scale,
+     * accum), inv_scale = tq_dstep_inv_scale(st->scale), lr = in->lr, (bc1, bc2) =
+     * tq_dstep_bc(in, st). A captured step then replays with each step's values. */
+    int (*softmax_ce_dyn)(tq_backend *, int n, int classes, tq_dtype dt, void *dlogits,
+                          const void *logits, const int32_t *labels, const tq_dstep_state *st,
+                          int accum, float *out);
+    int (*unscale_check_dyn)(tq_backend *, size_t n, float *g, const tq_dstep_state *st,
+                             float *found_inf);
+    int (*sgd_step_dyn)(tq_backend *, size_t n, float *w, const float *g, float *buf,
+                        const tq_dstep_in *in, float momentum, float wd, int nesterov,
+                        const float *skip);
+    int (*adamw_step_dyn)(tq_backend *, size_t n, float *w, const float *g, float *m, float *v,
+                          const tq_dstep_in *in, const tq_dstep_state *st, float b1, float b2,
+                          float eps, float wd, const float *skip);
+    /* after the optimizer: tq_dstep_end(st, fp16, found_inf && *found_inf != 0, ...) — the
+     * used scale kept, a step not skipped counted, under fp16 the loss scale and its growth
+     * tracker moved as tq_scaler_update says; found_inf: unscale_check's flag or NULL */
+    int (*step_end)(tq_backend *, tq_dstep_state *st, const float *found_inf, int fp16,
+                    float growth, float backoff, int interval);
+
+    /* CUDA graphs. graph_begin puts the backend's stream into capture mode: the ops issued
+     * until graph_end are recorded, not run (nothing else may touch the backend meanwhile:
+     * no transfer, sync, alloc or free). graph_end(keep 1) ends the capture and instantiates
+     * it into *graph; graph_end(keep 0) ends it and discards it (after an op failed while
+     * capturing). graph_launch runs a graph on the stream, in order with the other ops;
+     * graph_free frees one (NULL: nothing). The CPU backend has no graphs: graph_begin,
+     * graph_end and graph_launch fail with TQ_EINVAL. */
+    int (*graph_begin)(tq_backend *);
+    int (*graph_end)(tq_backend *, int keep, void **graph);
+    int (*graph_launch)(tq_backend *, void *graph);
+    void (*graph_free)(tq_backend *, void *graph);
+
+    /* Reading a few results without waiting for the stream: fetch_begin enqueues a copy of
+     * `bytes` (<= TQ_FETCH_BYTES; 0: none) from the backend's memory into host slot `slot`
+     * (< TQ_FETCH_SLOTS) and marks the time there; fetch_end waits for that, copies the bytes
+     * into dst and gives the mark's time in ms on now_ms's clock. A slot is reused only after
+     * its fetch_end. */
+    int (*fetch_begin)(tq_backend *, int slot, const void *src, size_t bytes);
+    int (*fetch_end)(tq_backend *, int slot, void *dst, size_t bytes, double *t_ms);
 } tq_backend_i;
+
+#define TQ_FETCH_SLOTS 4
+#define TQ_FETCH_BYTES 256
 
 struct tq_backend {
     const tq_backend_i *i;
@@ -215,6 +262,13 @@ int tq_cuda_built(void);                        /* 1 when this binary has the CU
 /* Fills up to `max` entries; returns the device count (0 when none) or -1 with why[] set. */
 int tq_cuda_devices(tq_cuda_devinfo *out, int max, char *why, size_t why_len);
 tq_backend *tq_cuda_backend_new(int device, int benchmark, int deterministic, char *why, size_t why_len);
+/* TF32 for f32 data (as PyTorch's torch.backends.cudnn.allow_tf32 / cuda.matmul.allow_tf32):
+ * TQ_TF32_CONV_OK lets cuDNN run f32 convolutions on tensor-core (TF32) engines,
+ * TQ_TF32_MATMUL_OK runs f32 cuBLASLt GEMMs with CUBLAS_COMPUTE_32F_FAST_TF32. 16-bit data is
+ * not affected. tq_cuda_backend_new is tq_cuda_backend_open with tf32 0: exact f32. */
+enum { TQ_TF32_CONV_OK = 1, TQ_TF32_MATMUL_OK = 2 };
+typedef struct { int device, benchmark, deterministic; unsigned tf32; } tq_cuda_opts;
+tq_backend *tq_cuda_backend_open(const tq_cuda_opts *opts, char *why, size_t why_len);
 const char *tq_cuda_backend_name(tq_backend *);  /* the GPU's name; NULL for other backends */
 
 #endif

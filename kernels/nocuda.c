@@ -21,4 +21,10 @@ tq_backend *tq_cuda_backend_new(int device, int benchmark, int deterministic, ch
     return NULL;
 }
 
+tq_backend *tq_cuda_backend_open(const tq_cuda_opts *opts, char *why, size_t why_len) {
+    (void)opts;
+    if (why) snprintf(why, why_len, "%s", reason);
+    return NULL;
+}
+
 const char *tq_cuda_backend_name(tq_backend *be) { (void)be; return NULL; }

@@ -6,6 +6,10 @@
 #include <string.h>
 
 #define MISC_BYTES 256
+_Static_assert(TQ_SCALARS_DSTATE >= 3 * sizeof(float) && TQ_SCALARS_DSTATE % 8 == 0 &&
+               TQ_SCALARS_DSTATE + sizeof(tq_dstep_state) <= TQ_SCALARS_DIN &&
+               TQ_SCALARS_DIN + sizeof(tq_dstep_in) <= MISC_BYTES,
+               "the device-step structs must fit the scalars region");
 
 static size_t align256(size_t v) { return (v + 255) & ~(size_t)255; }
 
@@ -182,6 +186,9 @@ static int forward_node(tq_engine *e, const tq_node *nd, int n, int train, float
                              e->params + nd->b_off, e->ws, e->ws_bytes);
     case TQ_OP_LOSS: {
         const int32_t *lab = tq_tdata(e, nd->in[1]);
+        if (train && e->dstate)
+            return I->softmax_ce_dyn(be, n, g->classes, dt, tq_tdata(e, g->tensors[nd->in[0]].grad), x,
+                                     lab, e->dstate, e->dstep_accum, e->scalars);
         if (train)
             return I->softmax_ce(be, n, g->classes, dt, tq_tdata(e, g->tensors[nd->in[0]].grad), x,
                                  lab, grad_scale, e->scalars);
@@ -270,6 +277,12 @@ int tq_engine_train_microbatch(tq_engine *e, float grad_scale) {
     release(e, tq_bwd_time(g, 0));
     TQ_ASSERT(e->live_bytes == 0);
     return TQ_OK;
+}
+
+void tq_engine_count_microbatch(tq_engine *e) {
+    const tq_graph *g = e->g;
+    for (int i = 0; i < g->nnodes; i++)   /* forward_node's count: every BN (none is ever fused) */
+        if (g->nodes[i].op == TQ_OP_BN && !g->nodes[i].fused) e->counts[g->nodes[i].bn_index]++;
 }
 
 int tq_engine_eval_batch(tq_engine *e, int n) {

@@ -32,10 +32,15 @@ typedef struct {
     void *wlow;               /* device, dt: working copy of params (amp only) */
     char *arena;
     void *ws; size_t ws_bytes;
-    float *scalars;           /* device: [0] loss sum, [1] hits, [2] found_inf */
+    float *scalars;           /* device: [0] loss sum, [1] hits, [2] found_inf; the device-step
+                               * structs at TQ_SCALARS_DSTATE / TQ_SCALARS_DIN (bytes) */
     int32_t *idx;             /* device: batch sample indices */
     tq_aug *aug;              /* device: batch augmentation draws */
     int64_t *counts;          /* host: num_batches_tracked per bn */
+    /* the step on the device (cuda_graphs, train/trainer.c): when set, the training loss reads
+     * its grad_scale from this state (softmax_ce_dyn with dstep_accum) instead of the argument */
+    const tq_dstep_state *dstate;
+    int dstep_accum;
     tq_plan plan;
     size_t persistent_bytes;  /* params + grads + optimizer */
     /* measured during the current micro-batch */
@@ -66,4 +71,18 @@ int tq_engine_train_microbatch(tq_engine *e, float grad_scale);
 int tq_engine_eval_batch(tq_engine *e, int n);
 /* After the optimizer step under amp: refresh the reduced working copy. */
 int tq_engine_refresh_wlow(tq_engine *e);
+
+/* Where the device-step structs live in the scalars region (256 bytes): the state the device
+ * owns, and the values the host writes before each step. */
+#define TQ_SCALARS_DSTATE 64
+#define TQ_SCALARS_DIN 128
+static inline tq_dstep_state *tq_engine_dstate(const tq_engine *e) {
+    return (tq_dstep_state *)(void *)((char *)e->scalars + TQ_SCALARS_DSTATE);
+}
+static inline tq_dstep_in *tq_engine_din(const tq_engine *e) {
+    return (tq_dstep_in *)(void *)((char *)e->scalars + TQ_SCALARS_DIN);
+}
+/* What a training micro-batch does on the host besides its ops (each batch-norm's
+ * num_batches_tracked): for a micro-batch replayed from a captured graph. */
+void tq_engine_count_microbatch(tq_engine *e);
 #endif

@@ -43,6 +43,8 @@ typedef struct {
     int64_t effective_batch;
     char amp[8];             /* off | fp16 | bf16 */
     char device[32];
+    char tf32[8];            /* on a CUDA device: off | conv | all (spec tf32); "" (null) on the CPU */
+    char cuda_graphs[16];    /* off | captured | uncaptured | capture_failed | not_cuda (asked for on the CPU) */
     char error_code[32];     /* "" when none */
     char error_message[512];
 } tq_summary;

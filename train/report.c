@@ -34,6 +34,9 @@ cJSON *tq_summary_json(const tq_summary *s) {
     num(o, "effective_batch", (double)s->effective_batch);
     cJSON_AddStringToObject(o, "amp", s->amp);
     cJSON_AddStringToObject(o, "device", s->device);
+    if (s->tf32[0]) cJSON_AddStringToObject(o, "tf32", s->tf32); else cJSON_AddNullToObject(o, "tf32");
+    if (s->cuda_graphs[0]) cJSON_AddStringToObject(o, "cuda_graphs", s->cuda_graphs);
+    else cJSON_AddNullToObject(o, "cuda_graphs");
     if (s->error_code[0]) {
         cJSON *e = cJSON_AddObjectToObject(o, "error");
         cJSON_AddStringToObject(e, "code", s->error_code);

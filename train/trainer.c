@@ -135,16 +135,23 @@ static int upload_split(run_ctx *r, const tq_split *s, uint8_t **img, uint8_t **
     return TQ_OK;
 }
 
-/* Loads n samples idx_host[0..n) of a split into the input and labels tensors. */
-static int load(run_ctx *r, int n, const uint8_t *img, const uint8_t *lab, const tq_aug *aug) {
+/* The loader op alone: n samples whose indices (and augmentation draws, when aug) are already
+ * in the engine's idx/aug buffers, into the input and labels tensors. */
+static int load_ops(run_ctx *r, int n, const uint8_t *img, const uint8_t *lab, int aug) {
     tq_backend *be = r->be;
     const tq_graph *g = r->e.g;
     const tq_shape s = g->tensors[g->input].shape;
-    be->i->to_device(be, r->e.idx, r->idx_host, sizeof(int32_t) * n);
-    if (aug) be->i->to_device(be, r->e.aug, aug, sizeof(tq_aug) * n);
     return be->i->load_batch(be, n, s.h, s.w, s.c, r->e.dt, tq_tdata(&r->e, g->input),
                              tq_tdata(&r->e, g->labels), img, lab, r->e.idx, aug ? r->e.aug : NULL,
                              AUG_PAD, r->mean, r->inv_std);
+}
+
+/* Loads n samples idx_host[0..n) of a split into the input and labels tensors. */
+static int load(run_ctx *r, int n, const uint8_t *img, const uint8_t *lab, const tq_aug *aug) {
+    tq_backend *be = r->be;
+    be->i->to_device(be, r->e.idx, r->idx_host, sizeof(int32_t) * n);
+    if (aug) be->i->to_device(be, r->e.aug, aug, sizeof(tq_aug) * n);
+    return load_ops(r, n, img, lab, aug != NULL);
 }
 
 static int evaluate(run_ctx *r, int64_t step, int epoch, tq_eval_kind kind, tq_eval_rec *out) {
@@ -266,6 +273,15 @@ static int optimizer_step(run_ctx *r, double lr, int64_t t, const float *skip) {
                                 (float)(1.0 - pow(b2, (double)t)), skip);
 }
 
+unsigned tq_tf32_backend_flags(tq_tf32 t) {
+    switch (t) {
+    case TQ_TF32_OFF: return 0;
+    case TQ_TF32_CONV: return TQ_TF32_CONV_OK;
+    case TQ_TF32_ALL: return TQ_TF32_CONV_OK | TQ_TF32_MATMUL_OK;
+    }
+    return 0;
+}
+
 /* The backend a spec asks for (device.h). "auto": the first GPU when one works, else the CPU
  * (the reason goes to stderr); "cuda" / "cuda:N": that GPU or a device_unavailable failure with
  * the reason; "cpu": the CPU. dev receives "cpu" or "cuda:N": the device the job really runs on. */
@@ -281,7 +297,8 @@ static int open_backend(const tq_spec *sp, tq_backend **out, char *dev, size_t d
     }
     if (want.kind != TQ_DEV_CPU) {
         int ord = want.kind == TQ_DEV_CUDA ? want.ordinal : 0;
-        tq_backend *be = tq_cuda_backend_new(ord, sp->cudnn_benchmark, sp->deterministic, why, sizeof why);
+        tq_cuda_opts co = {ord, sp->cudnn_benchmark, sp->deterministic, tq_tf32_backend_flags(sp->tf32)};
+        tq_backend *be = tq_cuda_backend_open(&co, why, sizeof why);
         if (be) {
             snprintf(dev, dl, "cuda:%d", ord);
             *out = be;
@@ -298,6 +315,345 @@ static int open_backend(const tq_spec *sp, tq_backend **out, char *dev, size_t d
     if (!*out) { snprintf(code, cl, "%s", tq_error_name(TQ_ERR_OUT_OF_MEMORY)); snprintf(err, el, "cannot create the CPU backend"); return TQ_ENOMEM; }
     snprintf(dev, dl, "cpu");
     return 0;
+}
+
+/* ---- the step on the device (spec cuda_graphs; docs/engine.md, "CUDA graphs") ----
+ *
+ * With cuda_graphs on a CUDA device the step is issued so that it can be captured once and
+ * replayed: the loss is softmax_ce_dyn and the tail unscale_check_dyn, sgd_step_dyn /
+ * adamw_step_dyn and step_end, which read the loss scale, the rate and AdamW's corrections
+ * from the device (a tq_dstep_in the host writes before each step; a tq_dstep_state the device
+ * owns and step_end moves: the loss scaler runs on the device), and each micro-batch's sample
+ * indices and crop draws are copied into the engine's fixed idx/aug buffers before it runs.
+ * The first step of a process runs uncaptured (it loads every kernel and warms cuDNN and
+ * cuBLASLt); before the second, one micro-batch (loader, forward, loss, backward) and the tail
+ * (unscale and inf check, optimizer, 16-bit weight refresh, scaler update) are captured as two
+ * graphs, and from then on a step is: zero the gradients and the loss sums, copy the step's
+ * values, per micro-batch copy its indices and replay the first graph, replay the second.
+ * The step's results (loss, hits, found_inf, the state) are fetched into pinned memory and
+ * read one step late: the host issues step s + 1 before it waits for step s, so the device
+ * does not idle while the host records a step. Before an evaluation, a checkpoint or the last
+ * step nothing may be in flight, so the host waits there; a stop or a timeout noticed while a
+ * step is in flight takes effect after that step (one step later than without graphs).
+ * TQ_DEVICE_STEP=1 in the environment runs this loop without capturing, on any backend: how
+ * the unit tests check it on the CPU (tests/unit/test_devstep.c), and how gpu-check tells a
+ * capture problem from a problem of this loop. The other path (the loop in tq_train) is the
+ * one every job without cuda_graphs runs, untouched. */
+
+#define DS_FETCH (TQ_SCALARS_DSTATE + sizeof(tq_dstep_state))   /* scalars[0..2] .. the state */
+
+typedef struct {
+    int64_t s;
+    double lr;
+    size_t extent;         /* the arena's high-water mark over its micro-batches */
+    int marked;            /* its start is the mark in fetch slot 2 + s % 2 (nothing was in flight) */
+} ds_step;
+
+typedef struct {
+    run_ctx *r;
+    const tq_spec *sp;
+    const tq_run_opts *o;
+    tq_summary *sum;
+    tq_ckpt_state *st;
+    const char *ckpt_path;
+    int64_t total, spe, N;
+    size_t data_b;
+    int on_device, fp16, capture;
+    double t_start;
+    /* what tq_train's loop keeps in its locals */
+    double scale, loss;
+    int tracker;
+    int64_t peak, nsteps;
+    double *step_ms, *sps;
+    int stop, timed_out;
+    /* graphs and the pipeline */
+    void *g_mb, *g_tail;
+    size_t mb_extent;
+    int captured, capture_failed;
+    double t_prev;
+    int defer_stop, defer_timeout;
+    char err[512];
+} ds_loop;
+
+/* unscale and inf check, optimizer, the 16-bit weight copy, the scaler update */
+static int ds_tail_ops(ds_loop *L) {
+    tq_backend *be = L->r->be;
+    const tq_backend_i *I = be->i;
+    const tq_spec *sp = L->sp;
+    tq_engine *e = &L->r->e;
+    size_t P = e->g->nparam_elems;
+    tq_dstep_state *dst = tq_engine_dstate(e);
+    const tq_dstep_in *din = tq_engine_din(e);
+    float *found = L->fp16 ? e->scalars + 2 : NULL;
+    int rc = TQ_OK;
+    if (L->fp16) rc = I->unscale_check_dyn(be, P, e->grads, dst, e->scalars + 2);
+    if (!rc) {
+        if (sp->optimizer.type == TQ_OPT_SGD)
+            rc = I->sgd_step_dyn(be, P, e->params, e->grads, e->opt_a, din, (float)sp->optimizer.momentum,
+                                 (float)sp->optimizer.weight_decay, sp->optimizer.nesterov, found);
+        else
+            rc = I->adamw_step_dyn(be, P, e->params, e->grads, e->opt_a, e->opt_b, din, dst,
+                                   (float)sp->optimizer.beta1, (float)sp->optimizer.beta2,
+                                   (float)sp->optimizer.eps, (float)sp->optimizer.weight_decay, found);
+    }
+    if (!rc) rc = tq_engine_refresh_wlow(e);
+    if (!rc) rc = I->step_end(be, dst, found, L->fp16, (float)sp->loss_scale.growth_factor,
+                              (float)sp->loss_scale.backoff_factor, sp->loss_scale.growth_interval);
+    return rc;
+}
+
+/* Captures one micro-batch and the tail. A failure is not the job's: it says why on stderr and
+ * the job trains on, uncaptured (the same ops, the same numbers). */
+static void ds_capture(ds_loop *L) {
+    run_ctx *r = L->r;
+    tq_backend *be = r->be;
+    const tq_backend_i *I = be->i;
+    tq_engine *e = &r->e;
+    const tq_graph *g = e->g;
+    int64_t *counts = malloc(sizeof(int64_t) * (g->nbn ? g->nbn : 1));
+    const char *what = "the micro-batch";
+    int rc = TQ_ENOMEM;
+    if (!counts) { tq_backend_seterr(be, "out of host memory"); goto out; }
+    memcpy(counts, e->counts, sizeof(int64_t) * g->nbn);   /* a capture runs nothing */
+    I->sync(be);
+    if (!(rc = I->graph_begin(be))) {
+        int orc = load_ops(r, g->batch, r->train_img, r->train_lab, L->sp->augment);
+        if (!orc) orc = tq_engine_train_microbatch(e, 0.0f);   /* grad_scale: the device's */
+        L->mb_extent = e->extent_peak;
+        rc = I->graph_end(be, orc == TQ_OK, &L->g_mb);
+        if (orc) rc = orc;
+    }
+    if (!rc) {
+        what = "the optimizer tail";
+        if (!(rc = I->graph_begin(be))) {
+            int orc = ds_tail_ops(L);
+            rc = I->graph_end(be, orc == TQ_OK, &L->g_tail);
+            if (orc) rc = orc;
+        }
+    }
+    memcpy(e->counts, counts, sizeof(int64_t) * g->nbn);
+out:
+    free(counts);
+    if (rc) {
+        fprintf(stderr, "trainq: cuda_graphs: capturing %s failed, training on without graphs (the same "
+                "numbers): %s\n", what, be->err[0] ? be->err : "no message");
+        I->graph_free(be, L->g_mb);
+        I->graph_free(be, L->g_tail);
+        L->g_mb = L->g_tail = NULL;
+        L->capture_failed = 1;
+        be->err[0] = 0;
+        return;
+    }
+    L->captured = 1;
+}
+
+/* Issues step s: nothing waits for the device here. */
+static int ds_launch(ds_loop *L, int64_t s, int marked, ds_step *out) {
+    run_ctx *r = L->r;
+    tq_backend *be = r->be;
+    const tq_backend_i *I = be->i;
+    const tq_spec *sp = L->sp;
+    tq_engine *e = &r->e;
+    const tq_graph *g = e->g;
+    const int b = sp->batch_size, accum = sp->accum_steps;
+    int64_t epoch = s / L->spe;
+    if (epoch != r->perm_epoch) { tq_epoch_order(r->perm, L->N, sp->seed, epoch, sp->shuffle); r->perm_epoch = epoch; }
+    int rc = TQ_OK;
+    if (marked && (rc = I->fetch_begin(be, 2 + (int)(s % 2), NULL, 0))) return rc;
+    I->memset0(be, e->grads, g->nparam_elems * 4);
+    I->memset0(be, e->scalars, 3 * sizeof(float));
+    double lr = tq_lr_at(sp, s, L->total);
+    tq_dstep_in in;
+    memset(&in, 0, sizeof in);
+    in.lr = (float)lr;
+    /* the device has taken opt_t steps, or one more when the step in flight is not skipped */
+    int64_t t = L->st->opt_t + 1;
+    in.t_a = (int32_t)t;
+    if (sp->optimizer.type == TQ_OPT_ADAMW) {   /* optimizer_step's arithmetic for t, t + 1 */
+        double b1 = sp->optimizer.beta1, b2 = sp->optimizer.beta2;
+        in.bc1_a = (float)(1.0 - pow(b1, (double)t));
+        in.bc2_a = (float)(1.0 - pow(b2, (double)t));
+        in.bc1_b = (float)(1.0 - pow(b1, (double)(t + 1)));
+        in.bc2_b = (float)(1.0 - pow(b2, (double)(t + 1)));
+    }
+    I->to_device(be, tq_engine_din(e), &in, sizeof in);
+    size_t extent = 0;
+    for (int j = 0; j < accum && !rc; j++) {
+        int64_t k = (s % L->spe) * accum + j;
+        for (int q = 0; q < b; q++) r->idx_host[q] = r->perm[k * b + q];
+        if (sp->augment) tq_aug_draw(r->aug_host, b, sp->seed, (uint64_t)(s * accum + j), AUG_PAD);
+        I->to_device(be, e->idx, r->idx_host, sizeof(int32_t) * b);
+        if (sp->augment) I->to_device(be, e->aug, r->aug_host, sizeof(tq_aug) * b);
+        if (L->g_mb) {
+            rc = I->graph_launch(be, L->g_mb);
+            tq_engine_count_microbatch(e);
+            if (L->mb_extent > extent) extent = L->mb_extent;
+        } else {
+            rc = load_ops(r, b, r->train_img, r->train_lab, sp->augment);
+            if (!rc) rc = tq_engine_train_microbatch(e, 0.0f);
+            if (e->extent_peak > extent) extent = e->extent_peak;
+        }
+    }
+    if (!rc) rc = L->g_tail ? I->graph_launch(be, L->g_tail) : ds_tail_ops(L);
+    if (!rc) rc = I->fetch_begin(be, (int)(s % 2), e->scalars, DS_FETCH);
+    out->s = s; out->lr = lr; out->extent = extent; out->marked = marked;
+    return rc;
+}
+
+/* Whether the host must wait for step s before it issues the next: an evaluation, a
+ * checkpoint or the end comes after it. */
+static int ds_boundary(const ds_loop *L, int64_t s) {
+    const tq_spec *sp = L->sp;
+    int last = s + 1 == L->total;
+    int epoch_end = (s + 1) % L->spe == 0;
+    int due_eval = sp->eval_every ? ((s + 1) % sp->eval_every == 0 || last) : (epoch_end || last);
+    return last || (due_eval && L->r->ds->test.n > 0) ||
+           (L->ckpt_path[0] && (s + 1) % sp->checkpoint_every == 0);
+}
+
+/* Waits for step p and records it as tq_train's loop does; deferred: the next step is in
+ * flight (then p is no boundary, and a stop or timeout waits for that step). */
+static int ds_finish(ds_loop *L, const ds_step *p, int deferred) {
+    run_ctx *r = L->r;
+    tq_backend *be = r->be;
+    const tq_backend_i *I = be->i;
+    const tq_spec *sp = L->sp;
+    const tq_run_opts *o = L->o;
+    tq_summary *sum = L->sum;
+    tq_ckpt_state *st = L->st;
+    const tq_graph *g = r->e.g;
+    const int b = sp->batch_size, accum = sp->accum_steps;
+    const int64_t s = p->s, epoch = s / L->spe;
+    unsigned char buf[DS_FETCH];
+    double t0 = L->t_prev, t1 = 0;
+    int rc;
+    if ((p->marked && (rc = I->fetch_end(be, 2 + (int)(s % 2), NULL, 0, &t0))) ||
+        (rc = I->fetch_end(be, (int)(s % 2), buf, sizeof buf, &t1))) {
+        fail(sum, TQ_ERR_BACKEND_ERROR, be->err);
+        return rc;
+    }
+    L->t_prev = t1;
+    float sc[3];
+    tq_dstep_state ds;
+    memcpy(sc, buf, sizeof sc);
+    memcpy(&ds, buf + TQ_SCALARS_DSTATE, sizeof ds);
+    int found_inf = L->fp16 && sc[2] != 0.0f;
+    if (!found_inf) st->opt_t++;
+    else st->skipped_steps++;
+    /* the device's scaler against the host loop's arithmetic: they must agree bit for bit */
+    double used_scale = L->scale, scale = L->scale;
+    int tracker = L->tracker;
+    if (L->fp16) {
+        float fs = (float)scale;
+        tq_scaler_update(&fs, &tracker, found_inf, (float)sp->loss_scale.growth_factor,
+                         (float)sp->loss_scale.backoff_factor, sp->loss_scale.growth_interval);
+        scale = fs;
+    }
+    if (ds.used_scale != used_scale || ds.scale != scale || ds.tracker != tracker || ds.opt_t != st->opt_t) {
+        snprintf(L->err, sizeof L->err, "after step %lld the device's step state (loss scale %.9g -> %.9g, "
+                 "growth tracker %d, optimizer steps %d) is not the host's (%.9g -> %.9g, %d, %lld)",
+                 (long long)(s + 1), ds.used_scale, ds.scale, (int)ds.tracker, (int)ds.opt_t, used_scale,
+                 scale, tracker, (long long)st->opt_t);
+        fail(sum, TQ_ERR_BACKEND_ERROR, L->err);
+        return TQ_EDEVICE;
+    }
+    L->scale = scale;
+    L->tracker = tracker;
+    double ms = t1 - t0;   /* device time from the previous step's end (or this one's start) */
+    L->loss = sc[0] / ((double)b * accum);
+    tq_step_rec rec = {0};
+    rec.step = s + 1;
+    rec.epoch = (int)epoch + 1;
+    rec.loss = L->loss;
+    rec.lr = p->lr;
+    rec.loss_scale = L->fp16 ? used_scale : -1;
+    rec.skipped = found_inf;
+    rec.step_ms = ms;
+    rec.samples_per_s = (double)b * accum / (ms / 1000.0);
+    size_t held = be->bytes_live - L->data_b, dev_free = 0, dev_total = 0;
+    rec.mem_allocated_bytes = (int64_t)r->e.persistent_bytes;
+    rec.mem_peak_bytes = (int64_t)(held - g->arena_bytes + p->extent);
+    rec.mem_reserved_bytes = (int64_t)be->bytes_live;
+    rec.device_used_bytes = -1;
+    if (L->on_device && I->mem_info(be, &dev_free, &dev_total) == 0) {
+        rec.device_used_bytes = (int64_t)(dev_total - dev_free);
+        if (rec.device_used_bytes > sum->device_peak_used_bytes) sum->device_peak_used_bytes = rec.device_used_bytes;
+    }
+    rec.time_ms = tq_unix_ms();
+    rec.total_steps = L->total;
+    if (rec.mem_peak_bytes > L->peak) L->peak = rec.mem_peak_bytes;
+    L->step_ms[L->nsteps] = ms; L->sps[L->nsteps] = rec.samples_per_s; L->nsteps++;
+    st->step = s + 1;
+    st->loss_scale = L->scale; st->growth_tracker = L->tracker;
+    if (o->cb.on_step && (rc = o->cb.on_step(o->cb.ctx, &rec))) { fail(sum, TQ_ERR_IO_ERROR, "recording the step failed"); return rc; }
+
+    int epoch_end = (s + 1) % L->spe == 0;
+    int last = s + 1 == L->total;
+    int due_eval = sp->eval_every ? ((s + 1) % sp->eval_every == 0 || last) : (epoch_end || last);
+    if (due_eval && r->ds->test.n > 0) {
+        TQ_ASSERT(!deferred);   /* ds_boundary: nothing is in flight at an evaluation */
+        tq_eval_rec ev;
+        if ((rc = evaluate(r, s + 1, (int)epoch + 1, TQ_EVAL_EVAL, &ev))) { fail(sum, TQ_ERR_BACKEND_ERROR, be->err); return rc; }
+        sum->val_loss = ev.loss; sum->val_accuracy = ev.accuracy;
+        if (o->cb.on_eval && (rc = o->cb.on_eval(o->cb.ctx, &ev))) { fail(sum, TQ_ERR_IO_ERROR, "recording the evaluation failed"); return rc; }
+    }
+    double elapsed_s = (tq_mono_ms() - L->t_start) / 1000.0;
+    int over = sp->timeout_s > 0 && elapsed_s > (double)sp->timeout_s;
+    if (deferred) {
+        if (!L->defer_stop && o->cb.should_stop) L->defer_stop = o->cb.should_stop(o->cb.ctx);
+        if (over) L->defer_timeout = 1;
+        return TQ_OK;
+    }
+    int want_stop = 0;
+    if (!last) want_stop = L->defer_stop ? L->defer_stop : o->cb.should_stop ? o->cb.should_stop(o->cb.ctx) : 0;
+    int timed_out = !last && (L->defer_timeout || over);
+    if (L->ckpt_path[0] && (last || want_stop || timed_out || (s + 1) % sp->checkpoint_every == 0)) {
+        if ((rc = tq_save_checkpoint(&r->e, L->ckpt_path, st, L->err, sizeof L->err))) { fail(sum, storage_code(rc), L->err); return rc; }
+        if (o->cb.on_checkpoint) o->cb.on_checkpoint(o->cb.ctx, st->step, L->ckpt_path);
+    }
+    if (timed_out) {
+        snprintf(L->err, sizeof L->err, "the job ran past timeout_s %lld after %lld of %lld steps",
+                 (long long)sp->timeout_s, (long long)(s + 1), (long long)L->total);
+        fail(sum, TQ_ERR_TIMEOUT, L->err);
+        L->stop = L->timed_out = 1;
+        return TQ_ECANCEL;
+    }
+    if (want_stop) {
+        snprintf(sum->state, sizeof sum->state, want_stop == 2 ? "interrupted" : "cancelled");
+        L->stop = 1;
+    }
+    return TQ_OK;
+}
+
+static int ds_train(ds_loop *L, int64_t start) {
+    run_ctx *r = L->r;
+    tq_backend *be = r->be;
+    tq_engine *e = &r->e;
+    tq_dstep_state ds0;
+    memset(&ds0, 0, sizeof ds0);
+    ds0.scale = ds0.used_scale = L->scale;
+    ds0.tracker = L->tracker;
+    ds0.opt_t = (int32_t)L->st->opt_t;
+    be->i->to_device(be, tq_engine_dstate(e), &ds0, sizeof ds0);
+    e->dstate = tq_engine_dstate(e);
+    e->dstep_accum = L->sp->accum_steps;
+    ds_step cur, prev;
+    memset(&prev, 0, sizeof prev);
+    int have = 0, rc = TQ_OK;
+    for (int64_t s = start; s < L->total && !L->stop; s++) {
+        int marked = !have;
+        if (L->capture && s == start + 1) { ds_capture(L); marked = 1; }
+        if ((rc = ds_launch(L, s, marked, &cur))) { fail(L->sum, TQ_ERR_BACKEND_ERROR, be->err); break; }
+        if (have && (rc = ds_finish(L, &prev, 1))) break;
+        prev = cur;
+        have = 1;
+        if (ds_boundary(L, s) || L->defer_stop || L->defer_timeout) {
+            have = 0;
+            if ((rc = ds_finish(L, &prev, 0))) break;
+        }
+    }
+    e->dstate = NULL;
+    return rc;
 }
 
 int tq_train(const tq_spec *sp, const tq_run_opts *o, tq_summary *sum) {
@@ -326,6 +682,18 @@ int tq_train(const tq_spec *sp, const tq_run_opts *o, tq_summary *sum) {
     if (open_backend(sp, &r.be, sum->device, sizeof sum->device, code, sizeof code, err, sizeof err)) {
         fail_as(sum, code, err); tq_dataset_free(&ds); return TQ_EDEVICE;
     }
+    /* TF32 and graphs as this job runs them: tf32 is the CUDA backend's (the CPU's f32 is
+     * exact); the step on the device runs for cuda_graphs on a CUDA device (captured) or with
+     * TQ_DEVICE_STEP=1 (uncaptured, any backend: the tests' way to check that loop) */
+    int cuda = tq_cuda_backend_name(r.be) != NULL;
+    const char *dse = getenv("TQ_DEVICE_STEP");
+    int dsm = dse && !strcmp(dse, "1") ? 1 : sp->cuda_graphs && cuda ? 2 : 0;
+    if (cuda) snprintf(sum->tf32, sizeof sum->tf32, "%s", tq_tf32_name(sp->tf32));
+    snprintf(sum->cuda_graphs, sizeof sum->cuda_graphs, "%s",
+             dsm == 2 ? "captured" : dsm == 1 ? "uncaptured" : sp->cuda_graphs ? "not_cuda" : "off");
+    if (sp->cuda_graphs && !cuda && dsm == 0)
+        fprintf(stderr, "trainq: cuda_graphs: this job runs on %s and CUDA graphs apply to CUDA devices only: "
+                "training without them\n", sum->device);
     int b = sp->batch_size, accum = sp->accum_steps;
     int64_t N = ds.train.n;
     int64_t mb_per_epoch = N / b, spe = mb_per_epoch / accum;
@@ -336,6 +704,12 @@ int tq_train(const tq_spec *sp, const tq_run_opts *o, tq_summary *sum) {
     }
     int64_t total = sp->steps ? sp->steps : (int64_t)llround(sp->epochs * (double)spe);
     if (total < 1) total = 1;
+    if (dsm && total >= INT32_MAX) {   /* the device counts optimizer steps in 32 bits */
+        fprintf(stderr, "trainq: cuda_graphs: %lld steps are too many for the step on the device: training without it\n",
+                (long long)total);
+        dsm = 0;
+        snprintf(sum->cuda_graphs, sizeof sum->cuda_graphs, "off");
+    }
 
     g = build(sp, &ds, r.be, err, sizeof err);
     if (!g) { fail(sum, TQ_ERR_INVALID_SPEC, err); rc = TQ_EINVAL; goto done; }
@@ -417,6 +791,23 @@ int tq_train(const tq_spec *sp, const tq_run_opts *o, tq_summary *sum) {
     double loss = NAN;
     int stop = 0;
     int last_eval_step = -1;
+    if (dsm) {   /* the step on the device: cuda_graphs (above tq_train) */
+        ds_loop L;
+        memset(&L, 0, sizeof L);
+        L.r = &r; L.sp = sp; L.o = o; L.sum = sum; L.st = &st; L.ckpt_path = ckpt_path;
+        L.total = total; L.spe = spe; L.N = N; L.data_b = data_b; L.on_device = on_device;
+        L.fp16 = fp16; L.capture = dsm == 2; L.t_start = t_start;
+        L.scale = scale; L.tracker = tracker; L.loss = loss;
+        L.step_ms = step_ms; L.sps = sps;
+        rc = ds_train(&L, start);
+        scale = L.scale; tracker = L.tracker; loss = L.loss; peak = L.peak; nsteps_here = L.nsteps;
+        I->graph_free(be, L.g_mb);
+        I->graph_free(be, L.g_tail);
+        if (dsm == 2 && !L.captured)
+            snprintf(sum->cuda_graphs, sizeof sum->cuda_graphs, "%s", L.capture_failed ? "capture_failed" : "uncaptured");
+        if (rc && !L.timed_out) goto done;
+        goto trained;
+    }
     for (int64_t s = start; s < total && !stop; s++) {
         double t0 = I->now_ms(be);   /* the stream is idle here: the last step ended with a sync */
         int64_t epoch = s / spe;
@@ -506,6 +897,7 @@ int tq_train(const tq_spec *sp, const tq_run_opts *o, tq_summary *sum) {
             stop = 1;
         }
     }
+trained:
     (void)last_eval_step;
     if (!sum->state[0]) snprintf(sum->state, sizeof sum->state, "succeeded");
     if (model_path[0] && !strcmp(sum->state, "succeeded")) {

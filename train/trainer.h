@@ -41,6 +41,11 @@ int tq_plan_spec(const tq_spec *spec, tq_plan_report *rep, char *code, size_t co
 #define TQ_GPU_CONTEXT_BYTES (640LL << 20)
 #define TQ_GPU_WORKSPACE_BOUND (256LL << 20)
 
+/* The CUDA backend's TF32 flags (backend.h TQ_TF32_*_OK) for a spec's tf32: off none, conv
+ * (the default, PyTorch's: cudnn.allow_tf32 on, cuda.matmul.allow_tf32 off) convolutions
+ * only, all convolutions and GEMMs. f32 data only; the CPU backend ignores it. */
+unsigned tq_tf32_backend_flags(tq_tf32 t);
+
 /* learning rate of (0-based) step s of `total` */
 double tq_lr_at(const tq_spec *spec, int64_t s, int64_t total);
 #endif

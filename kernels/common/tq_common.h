@@ -148,4 +148,56 @@ static inline TQ_HD void tq_scaler_update(float *scale, int *tracker, int found_
     *tracker = t;
 }
 
+/* ---- the step on the device (spec cuda_graphs; train/trainer.c, docs/engine.md) ----
+ * A captured step cannot take the loss scale, the learning rate or AdamW's bias corrections as
+ * kernel arguments: they would be frozen at capture. They live in device memory instead: the
+ * host writes a tq_dstep_in before each step, and the device owns a tq_dstep_state, which the
+ * backend's step_end moves after the optimizer. The arithmetic below is the host loop's, bit
+ * for bit (tests/unit/test_devstep.c holds them together):
+ *   grad_scale = (float)(scale / accum)        softmax_ce's argument in the trainer
+ *   inv_scale  = (float)(1.0 / scale)          unscale_check's argument
+ *   bc1, bc2   = (float)(1 − beta^t)           AdamW's, t the optimizer steps taken + 1
+ *   after the step: a step not skipped counts; fp16: tq_scaler_update on (float)scale.
+ * The scale is a double, as the host loop's is: its first value is the spec's (or the
+ * checkpoint's) double, every later one a float. The host cannot know t when steps are still
+ * in flight (a skipped step does not count), so it sends the corrections for the two counts
+ * the device can be at, t_a and t_a + 1, and the device picks by its own count. */
+typedef struct {
+    float lr;
+    int32_t t_a;                      /* AdamW: bc1_a, bc2_a are for t = t_a, bc1_b, bc2_b for t_a + 1 */
+    float bc1_a, bc2_a, bc1_b, bc2_b;
+} tq_dstep_in;
+
+typedef struct {
+    double scale;                     /* the loss scale the next step uses (1 without fp16) */
+    double used_scale;                /* the one the last step used */
+    int32_t tracker;                  /* GradScaler's growth tracker */
+    int32_t opt_t;                    /* optimizer steps taken (skipped ones do not count) */
+} tq_dstep_state;
+
+static inline TQ_HD float tq_dstep_grad_scale(double scale, int accum) { return (float)(scale / accum); }
+static inline TQ_HD float tq_dstep_inv_scale(double scale) { return (float)(1.0 / scale); }
+
+/* AdamW's bias corrections for the device's step count */
+static inline TQ_HD void tq_dstep_bc(const tq_dstep_in *in, const tq_dstep_state *st, float *bc1,
+                                     float *bc2) {
+    int a = st->opt_t + 1 == in->t_a;
+    *bc1 = a ? in->bc1_a : in->bc1_b;
+    *bc2 = a ? in->bc2_a : in->bc2_b;
+}
+
+/* After the optimizer: what the host loop does with the step's found_inf (0 without fp16). */
+static inline TQ_HD void tq_dstep_end(tq_dstep_state *st, int fp16, int found_inf, float growth,
+                                      float backoff, int interval) {
+    st->used_scale = st->scale;
+    if (!found_inf) st->opt_t++;
+    if (fp16) {
+        float fs = (float)st->scale;
+        int tr = st->tracker;
+        tq_scaler_update(&fs, &tr, found_inf, growth, backoff, interval);
+        st->scale = fs;
+        st->tracker = tr;
+    }
+}
+
 #endif

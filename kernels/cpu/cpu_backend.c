@@ -93,6 +93,83 @@ static void cpu_destroy(tq_backend *be) {
     be->ctx = NULL;
 }
 
+/* ---- the step on the device (backend.h): the plain ops with the values read from the
+ * tq_dstep structs, which on the CPU are host memory like everything else ---- */
+static int cpu_softmax_ce_dyn(tq_backend *be, int n, int classes, tq_dtype dt, void *dlogits,
+                              const void *logits, const int32_t *labels, const tq_dstep_state *st,
+                              int accum, float *out) {
+    if (!st || accum < 1) {
+        tq_backend_seterr(be, "softmax_ce_dyn: %s", !st ? "no step state" : "accum < 1");
+        return TQ_EINVAL;
+    }
+    return tq_cpu_softmax_ce(be, n, classes, dt, dlogits, logits, labels,
+                             tq_dstep_grad_scale(st->scale, accum), out);
+}
+static int cpu_unscale_check_dyn(tq_backend *be, size_t n, float *g, const tq_dstep_state *st,
+                                 float *found_inf) {
+    if (!st) { tq_backend_seterr(be, "unscale_check_dyn: no step state"); return TQ_EINVAL; }
+    return tq_cpu_unscale_check(be, n, g, tq_dstep_inv_scale(st->scale), found_inf);
+}
+static int cpu_sgd_step_dyn(tq_backend *be, size_t n, float *w, const float *g, float *buf,
+                            const tq_dstep_in *in, float momentum, float wd, int nesterov,
+                            const float *skip) {
+    if (!in) { tq_backend_seterr(be, "sgd_step_dyn: no step values"); return TQ_EINVAL; }
+    return tq_cpu_sgd_step(be, n, w, g, buf, in->lr, momentum, wd, nesterov, skip);
+}
+static int cpu_adamw_step_dyn(tq_backend *be, size_t n, float *w, const float *g, float *m, float *v,
+                              const tq_dstep_in *in, const tq_dstep_state *st, float b1, float b2,
+                              float eps, float wd, const float *skip) {
+    if (!in || !st) { tq_backend_seterr(be, "adamw_step_dyn: no step values or state"); return TQ_EINVAL; }
+    float bc1, bc2;
+    tq_dstep_bc(in, st, &bc1, &bc2);
+    return tq_cpu_adamw_step(be, n, w, g, m, v, in->lr, b1, b2, eps, wd, bc1, bc2, skip);
+}
+static int cpu_step_end(tq_backend *be, tq_dstep_state *st, const float *found_inf, int fp16,
+                        float growth, float backoff, int interval) {
+    if (!st) { tq_backend_seterr(be, "step_end: no step state"); return TQ_EINVAL; }
+    tq_dstep_end(st, fp16, found_inf && *found_inf != 0.0f, growth, backoff, interval);
+    return TQ_OK;
+}
+
+/* no graphs on the CPU: the trainer never asks (cuda_graphs applies to CUDA devices) */
+static int cpu_graph_begin(tq_backend *be) {
+    tq_backend_seterr(be, "graph_begin: CUDA graphs need a CUDA device (the CPU backend has none)");
+    return TQ_EINVAL;
+}
+static int cpu_graph_end(tq_backend *be, int keep, void **graph) {
+    if (graph) *graph = NULL;
+    if (!keep) return TQ_OK;
+    tq_backend_seterr(be, "graph_end: CUDA graphs need a CUDA device (the CPU backend has none)");
+    return TQ_EINVAL;
+}
+static int cpu_graph_launch(tq_backend *be, void *graph) {
+    tq_backend_seterr(be, "graph_launch: CUDA graphs need a CUDA device (the CPU backend has none)");
+    return TQ_EINVAL;
+}
+static void cpu_graph_free(tq_backend *be, void *graph) { (void)be; (void)graph; }
+
+/* fetch: the bytes are copied at once (the CPU's ops have run when they return) */
+static int cpu_fetch_begin(tq_backend *be, int slot, const void *src, size_t bytes) {
+    tq_cpu_ctx *cx = be->ctx;
+    if (slot < 0 || slot >= TQ_FETCH_SLOTS || bytes > TQ_FETCH_BYTES || (bytes && !src)) {
+        tq_backend_seterr(be, "fetch_begin: bad slot %d or %zu bytes", slot, bytes);
+        return TQ_EINVAL;
+    }
+    if (bytes) memcpy(cx->fetch[slot], src, bytes);
+    cx->fetch_ms[slot] = cpu_now_ms(be);
+    return TQ_OK;
+}
+static int cpu_fetch_end(tq_backend *be, int slot, void *dst, size_t bytes, double *t_ms) {
+    tq_cpu_ctx *cx = be->ctx;
+    if (slot < 0 || slot >= TQ_FETCH_SLOTS || bytes > TQ_FETCH_BYTES || (bytes && !dst)) {
+        tq_backend_seterr(be, "fetch_end: bad slot %d or %zu bytes", slot, bytes);
+        return TQ_EINVAL;
+    }
+    if (bytes) memcpy(dst, cx->fetch[slot], bytes);
+    if (t_ms) *t_ms = cx->fetch_ms[slot];
+    return TQ_OK;
+}
+
 static const tq_backend_i cpu_iface = {
     .name = "cpu",
     .alloc = cpu_alloc,
@@ -132,6 +209,17 @@ static const tq_backend_i cpu_iface = {
     .sgd_step = tq_cpu_sgd_step,
     .adamw_step = tq_cpu_adamw_step,
     .load_batch = tq_cpu_load_batch,
+    .softmax_ce_dyn = cpu_softmax_ce_dyn,
+    .unscale_check_dyn = cpu_unscale_check_dyn,
+    .sgd_step_dyn = cpu_sgd_step_dyn,
+    .adamw_step_dyn = cpu_adamw_step_dyn,
+    .step_end = cpu_step_end,
+    .graph_begin = cpu_graph_begin,
+    .graph_end = cpu_graph_end,
+    .graph_launch = cpu_graph_launch,
+    .graph_free = cpu_graph_free,
+    .fetch_begin = cpu_fetch_begin,
+    .fetch_end = cpu_fetch_end,
 };
 
 tq_backend *tq_cpu_backend_new(int threads) {

@@ -62,6 +62,8 @@ typedef struct tq_dnnl tq_dnnl;
 typedef struct {
     tq_dnnl *dnnl;      /* oneDNN engine, stream and primitive cache (created on first use) */
     int dnnl_off;       /* oneDNN unavailable or turned off (TQ_CPU_DNNL=0) */
+    unsigned char fetch[TQ_FETCH_SLOTS][TQ_FETCH_BYTES];   /* fetch_begin's slots (copied at once) */
+    double fetch_ms[TQ_FETCH_SLOTS];
 } tq_cpu_ctx;
 
 /* f32 and bf16 convolutions through oneDNN: cpu_dnnl.c. The ops return TQ_DNNL_NA when oneDNN

@@ -12,9 +12,10 @@
  *   gives a plan → engine configs tried in heuristic order until an execution plan finalizes.
  *   Configs are filtered by their notes, in two passes:
  *     strict:  no DOWN_CONVERT_INPUTS, no REDUCED_PRECISION_REDUCTION, no RUNTIME_COMPILATION
- *              (NVRTC at plan time: slow and needs libnvrtc), and for f32 no TENSOR_CORE;
+ *              (NVRTC at plan time: slow and needs libnvrtc), and for f32 no TENSOR_CORE
+ *              unless TF32 is allowed;
  *     relaxed (only when strict finds nothing): no DOWN_CONVERT_INPUTS, and for f32 no
- *              TENSOR_CORE.
+ *              TENSOR_CORE unless TF32 is allowed.
  *   With ctx->deterministic (spec `deterministic`, the default) both passes also refuse
  *   NONDETERMINISTIC engines (atomics): two identical runs then give the same bits, and a
  *   resumed GPU run repeats the uninterrupted one. When no deterministic engine takes a shape
@@ -24,10 +25,14 @@
  *   its notes, workspace, benchmark time) to stderr.
  *   TF32 policy: in the graph API an f32 convolution runs in TF32 exactly when its engine
  *   carries CUDNN_NUMERICAL_NOTE_TENSOR_CORE (there is no math-mode knob; the convolution's
- *   COMP_TYPE stays FLOAT either way), so f32 never takes such an engine (nor one that
- *   down-converts its inputs): f32 results then match the CPU backend within its 1e-4 check
- *   (FFT/Winograd engines, which stay allowed, are well inside it). This is also PyTorch's rule
- *   with allow_tf32 off.
+ *   COMP_TYPE stays FLOAT either way). With TF32 off (ctx->tf32 without TQ_TF32_CONV_OK: spec
+ *   tf32 false, and gpu_ops) f32 never takes such an engine (nor, ever, one that down-converts
+ *   its inputs): f32 results then match the CPU backend within its 1e-4 check (FFT/Winograd
+ *   engines, which stay allowed, are well inside it). With TQ_TF32_CONV_OK (spec tf32 "conv",
+ *   the default, or true) tensor-core engines are allowed for f32 too. This is PyTorch's rule
+ *   (aten/src/ATen/native/cudnn/Conv_v8.cpp filters TENSOR_CORE engines for float exactly when
+ *   torch.backends.cudnn.allow_tf32 is off, whose default is on, and DOWN_CONVERT_INPUTS
+ *   always). The choice is fixed per backend, so the plan cache needs no key for it.
  * - Workspace cap: candidates needing more than min(256 MiB, free device memory / 4 at
  *   tqc_conv_init) are skipped. tqc_conv_ws plans fwd, bwd_data (beta 0 and 1) and bwd_filter
  *   and returns the largest need, including bwd_filter's 16-bit dw temporary; when planning
@@ -123,9 +128,10 @@ static void describe(char *buf, size_t n, int kind, const tqc_conv_geom *g, tq_d
 
 #define NUM(x) (1u << (x))
 
-int tqc_conv_cfg_allowed(unsigned num, unsigned beh, tq_dtype dt, int strict, int deterministic) {
+int tqc_conv_cfg_allowed(unsigned num, unsigned beh, tq_dtype dt, int strict, int deterministic,
+                         int tf32) {
     unsigned num_bad = NUM(CUDNN_NUMERICAL_NOTE_DOWN_CONVERT_INPUTS);
-    if (dt == TQ_F32) num_bad |= NUM(CUDNN_NUMERICAL_NOTE_TENSOR_CORE);
+    if (dt == TQ_F32 && !tf32) num_bad |= NUM(CUDNN_NUMERICAL_NOTE_TENSOR_CORE);
     if (strict) num_bad |= NUM(CUDNN_NUMERICAL_NOTE_REDUCED_PRECISION_REDUCTION);
     if (deterministic) num_bad |= NUM(CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC);
     const unsigned beh_bad = strict ? NUM(CUDNN_BEHAVIOR_NOTE_RUNTIME_COMPILATION) : 0;
@@ -590,7 +596,8 @@ static int get_plan(tq_backend *be, int kind, int beta1, const tq_conv_desc *d, 
                 unsigned num, beh;
                 int64_t index, cws = 0, cnt = 0;
                 cfg_notes(cfgs[i], &num, &beh, &index);
-                if (!tqc_conv_cfg_allowed(num, beh, dt, pass == 0, ctx->deterministic)) { filtered++; continue; }
+                if (!tqc_conv_cfg_allowed(num, beh, dt, pass == 0, ctx->deterministic,
+                                          (ctx->tf32 & TQ_TF32_CONV_OK) != 0)) { filtered++; continue; }
                 if (cudnnBackendGetAttribute(cfgs[i], CUDNN_ATTR_ENGINECFG_WORKSPACE_SIZE, CUDNN_TYPE_INT64,
                                              1, &cnt, &cws) == CUDNN_STATUS_SUCCESS &&
                     cnt == 1 && cws > 0 && (size_t)cws > limit) {

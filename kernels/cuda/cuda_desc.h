@@ -62,10 +62,11 @@ typedef struct {
 cudnnDataType_t tqc_dnn_dtype(tq_dtype dt);
 /* Whether an engine config with numerical notes `num` and behavior notes `beh` (bit masks,
  * 1 << note) may run a `dt` convolution: never a down-converting one, nor a tensor-core one in
- * f32 (that is TF32); in the strict pass (`strict`) no reduced-precision reduction and no
- * runtime compilation; with `deterministic`, in either pass, no engine cuDNN notes as
- * nondeterministic (atomics: the same inputs would not give the same bits). */
-int tqc_conv_cfg_allowed(unsigned num, unsigned beh, tq_dtype dt, int strict, int deterministic);
+ * f32 (that is TF32) unless `tf32`; in the strict pass (`strict`) no reduced-precision
+ * reduction and no runtime compilation; with `deterministic`, in either pass, no engine cuDNN
+ * notes as nondeterministic (atomics: the same inputs would not give the same bits). */
+int tqc_conv_cfg_allowed(unsigned num, unsigned beh, tq_dtype dt, int strict, int deterministic,
+                         int tf32);
 const char *tqc_conv_kind_name(int kind);          /* "conv_fwd", "conv_bwd_data", ... */
 /* the backend's operation table (cuda_backend.c), for checks that need no device */
 const tq_backend_i *tqc_backend_iface(void);
@@ -101,12 +102,17 @@ typedef struct {
     uint64_t m, n, k;
     int transa, transb;                /* cublasOperation_t */
     int epi_bias;                      /* fwd: bias through CUBLASLT_EPILOGUE_BIAS (in dt) */
+    cublasComputeType_t compute;       /* tqc_lin_compute_type(dt, tf32) */
     cudaDataType_t ab_type, cd_type;
 } tqc_lin_descs;
 
 cudaDataType_t tqc_lt_dtype(tq_dtype dt);
+/* The GEMMs' compute type: CUBLAS_COMPUTE_32F_FAST_TF32 for f32 data when `tf32` (spec tf32
+ * true: PyTorch's torch.backends.cuda.matmul.allow_tf32), CUBLAS_COMPUTE_32F otherwise (f32
+ * exact; f16/bf16 accumulate in f32 either way). */
+cublasComputeType_t tqc_lin_compute_type(tq_dtype dt, int tf32);
 const char *tqc_lin_kind_name(int kind);           /* "linear_fwd", ... */
-int tqc_lin_build_desc(int kind, int n, int in, int out, tq_dtype dt, int epi_bias,
+int tqc_lin_build_desc(int kind, int n, int in, int out, tq_dtype dt, int epi_bias, int tf32,
                        tqc_lin_descs *o, char *err, size_t errlen);
 void tqc_lin_descs_free(tqc_lin_descs *o);
 

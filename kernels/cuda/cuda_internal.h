@@ -35,6 +35,7 @@ typedef struct {
     int sm;                     /* major*10+minor */
     int benchmark;              /* cudnn_benchmark: time the best few plans per shape */
     int deterministic;          /* spec deterministic: no cuDNN engine noted nondeterministic */
+    unsigned tf32;              /* TQ_TF32_CONV_OK | TQ_TF32_MATMUL_OK (backend.h): f32 data only */
     cudaStream_t stream;
     cudaEvent_t ev;             /* now_ms */
     void *cudnn;                /* cudnnHandle_t */
@@ -128,6 +129,20 @@ int tqc_sgd_step(tq_backend *, size_t n, float *w, const float *g, float *buf, f
                  float momentum, float wd, int nesterov, const float *skip);
 int tqc_adamw_step(tq_backend *, size_t n, float *w, const float *g, float *m, float *v, float lr,
                    float b1, float b2, float eps, float wd, float bc1, float bc2, const float *skip);
+/* the step on the device (backend.h): cuda_loss.cu, cuda_opt.cu */
+int tqc_softmax_ce_dyn(tq_backend *, int n, int classes, tq_dtype dt, void *dlogits,
+                       const void *logits, const int32_t *labels, const tq_dstep_state *st,
+                       int accum, float *out);
+int tqc_unscale_check_dyn(tq_backend *, size_t n, float *g, const tq_dstep_state *st,
+                          float *found_inf);
+int tqc_sgd_step_dyn(tq_backend *, size_t n, float *w, const float *g, float *buf,
+                     const tq_dstep_in *in, float momentum, float wd, int nesterov,
+                     const float *skip);
+int tqc_adamw_step_dyn(tq_backend *, size_t n, float *w, const float *g, float *m, float *v,
+                       const tq_dstep_in *in, const tq_dstep_state *st, float b1, float b2,
+                       float eps, float wd, const float *skip);
+int tqc_step_end(tq_backend *, tq_dstep_state *st, const float *found_inf, int fp16, float growth,
+                 float backoff, int interval);
 int tqc_load_batch(tq_backend *, int n, int h, int w, int c, tq_dtype dt, void *x,
                    int32_t *labels, const uint8_t *images, const uint8_t *lab, const int32_t *idx,
                    const tq_aug *aug, int pad, const float *mean, const float *inv_std);

@@ -5,9 +5,11 @@
  * - Row-major data, column-major cuBLASLt: a row-major M[r][c] is read as the column-major
  *   M^T (c × r, ld c), so every product is computed transposed (the table is in cuda_desc.h);
  *   all layouts are plain CUBLASLT_ORDER_COL (no ORDER_ROW: fewer algorithms support it).
- * - Compute type CUBLAS_COMPUTE_32F with f32 scale type for every dtype: f32 runs true fp32
- *   (no TF32: that would need CUBLAS_COMPUTE_32F_FAST_TF32), so it matches the CPU backend to
- *   ~1e-6; f16/bf16 inputs accumulate in f32 on tensor cores.
+ * - Compute type CUBLAS_COMPUTE_32F with f32 scale type for every dtype: f32 runs true fp32,
+ *   so it matches the CPU backend to ~1e-6; f16/bf16 inputs accumulate in f32 on tensor cores.
+ *   With TQ_TF32_MATMUL_OK in ctx->tf32 (spec tf32 true; PyTorch's matmul.allow_tf32, default
+ *   off) f32 GEMMs use CUBLAS_COMPUTE_32F_FAST_TF32 instead (tqc_lin_compute_type); the
+ *   choice is fixed per backend, so the cache needs no key for it.
  * - Bias (fwd): through CUBLASLT_EPILOGUE_BIAS. cuBLASLt wants the bias in D's type, so for
  *   f16/bf16 the f32 bias is first cast to dt into the workspace (tqc_cast) — PyTorch autocast
  *   also adds an fp16 copy of the bias inside the GEMM epilogue, rounding the output once. If
@@ -54,6 +56,10 @@ cudaDataType_t tqc_lt_dtype(tq_dtype dt) {
     return dt == TQ_F16 ? CUDA_R_16F : dt == TQ_BF16 ? CUDA_R_16BF : CUDA_R_32F;
 }
 
+cublasComputeType_t tqc_lin_compute_type(tq_dtype dt, int tf32) {
+    return dt == TQ_F32 && tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+}
+
 static void lt_msg(char *buf, size_t n, cublasStatus_t st, const char *call, const char *file,
                    int line, const char *what) {
     if (!buf || !n) return;
@@ -81,7 +87,7 @@ void tqc_lin_descs_free(tqc_lin_descs *o) {
     memset(o, 0, sizeof *o);
 }
 
-int tqc_lin_build_desc(int kind, int n, int in, int out, tq_dtype dt, int epi_bias,
+int tqc_lin_build_desc(int kind, int n, int in, int out, tq_dtype dt, int epi_bias, int tf32,
                        tqc_lin_descs *o, char *err, size_t errlen) {
     char what[128];
     int rc = 0;
@@ -113,7 +119,8 @@ int tqc_lin_build_desc(int kind, int n, int in, int out, tq_dtype dt, int epi_bi
         break;
     }
     const int32_t ta = o->transa, tb = o->transb;
-    LT_TRY(cublasLtMatmulDescCreate(&o->op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    o->compute = tqc_lin_compute_type(dt, tf32);
+    LT_TRY(cublasLtMatmulDescCreate(&o->op, o->compute, CUDA_R_32F));
     LT_TRY(cublasLtMatmulDescSetAttribute(o->op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
     LT_TRY(cublasLtMatmulDescSetAttribute(o->op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
     if (epi_bias) {
@@ -239,7 +246,8 @@ static int get_lplan(tq_backend *be, int kind, int n, int in, int out, tq_dtype 
     cublasLtHandle_t lt = (cublasLtHandle_t)ctx->lt;
     int nres = 0;
     for (int epi = kind == TQC_LIN_FWD && bias; epi >= 0; epi--) {
-        int rc = tqc_lin_build_desc(kind, n, in, out, dt, epi, &p->ds, err, sizeof err);
+        int rc = tqc_lin_build_desc(kind, n, in, out, dt, epi, (ctx->tf32 & TQ_TF32_MATMUL_OK) != 0,
+                                    &p->ds, err, sizeof err);
         if (rc) {
             tq_backend_seterr(be, "%s", err);
             free(p);

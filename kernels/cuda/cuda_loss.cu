@@ -10,6 +10,9 @@
  * - out (device f32, may be NULL): out[0] += Σ loss, out[1] += hits. Per-row losses are added
  *   in double per block (warps in order) into tqc(be)->scratch, then one thread adds the block
  *   partials in block order and updates out: deterministic, no atomics.
+ * - softmax_ce_dyn (the step on the device, backend.h): the same kernel with DYN = 1 computes
+ *   gs from the tq_dstep_state in device memory as the host does: (float)(scale / accum), then
+ *   / (float)n.
  * - Labels live on the device and are not checked on the host (that would need a sync): a row
  *   whose label is outside [0, classes) gets loss NaN, no hit and NaN gradients, so the error
  *   shows in the step's loss instead of reading out of bounds.
@@ -20,11 +23,12 @@
 #define CE_WARPS 8
 #define CE_MAX_BLOCKS 1024
 
-template <int DT, int GRAD>
+template <int DT, int GRAD, int DYN>
 __global__ void __launch_bounds__(CE_WARPS * 32)
 k_softmax_ce(int n, int classes, void *dlogits, const void *logits, const int32_t *labels,
-             float gs, double *part) {
+             float gs, const tq_dstep_state *st, int accum, double *part) {
     __shared__ double sl[CE_WARPS], sh[CE_WARPS];
+    if (DYN) gs = tq_dstep_grad_scale(st->scale, accum) / (float)n;   /* the host's two roundings */
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     double wl = 0.0, wh = 0.0;
     for (int row = blockIdx.x * CE_WARPS + warp; row < n; row += gridDim.x * CE_WARPS) {
@@ -86,7 +90,7 @@ __global__ void k_ce_fin(int nb, const double *part, float *out) {
 
 static int softmax_common(tq_backend *be, const char *op, int n, int classes, tq_dtype dt,
                           void *dlogits, const void *logits, const int32_t *labels,
-                          float grad_scale, float *out) {
+                          float grad_scale, const tq_dstep_state *st, int accum, float *out) {
     if (!tqc_dt_ok(dt) || n < 0 || classes <= 0 || (n > 0 && (!logits || !labels))) {
         tq_backend_seterr(be, "%s: bad arguments (dt=%d n=%d classes=%d logits=%p labels=%p)", op,
                           (int)dt, n, classes, logits, (const void *)labels);
@@ -97,16 +101,19 @@ static int softmax_common(tq_backend *be, const char *op, int n, int classes, tq
     if (nb > CE_MAX_BLOCKS) nb = CE_MAX_BLOCKS;
     double *part = (double *)tqc(be)->scratch;
     float gs = grad_scale / (float)n;
-    cudaStream_t st = tqc(be)->stream;
-    if (dlogits)
-        TQC_DT_SWITCH(dt, DT, (k_softmax_ce<DT, 1><<<nb, CE_WARPS * 32, 0, st>>>(
-                                  n, classes, dlogits, logits, labels, gs, part)));
+    cudaStream_t strm = tqc(be)->stream;
+    if (dlogits && st)
+        TQC_DT_SWITCH(dt, DT, (k_softmax_ce<DT, 1, 1><<<nb, CE_WARPS * 32, 0, strm>>>(
+                                  n, classes, dlogits, logits, labels, 0.0f, st, accum, part)));
+    else if (dlogits)
+        TQC_DT_SWITCH(dt, DT, (k_softmax_ce<DT, 1, 0><<<nb, CE_WARPS * 32, 0, strm>>>(
+                                  n, classes, dlogits, logits, labels, gs, NULL, 1, part)));
     else
-        TQC_DT_SWITCH(dt, DT, (k_softmax_ce<DT, 0><<<nb, CE_WARPS * 32, 0, st>>>(
-                                  n, classes, NULL, logits, labels, 0.0f, part)));
+        TQC_DT_SWITCH(dt, DT, (k_softmax_ce<DT, 0, 0><<<nb, CE_WARPS * 32, 0, strm>>>(
+                                  n, classes, NULL, logits, labels, 0.0f, NULL, 1, part)));
     TQC_LAUNCH_CHECK(be);
     if (out) {
-        k_ce_fin<<<1, 32, 0, st>>>(nb, part, out);
+        k_ce_fin<<<1, 32, 0, strm>>>(nb, part, out);
         TQC_LAUNCH_CHECK(be);
     }
     return TQ_OK;
@@ -120,10 +127,23 @@ extern "C" int tqc_softmax_ce(tq_backend *be, int n, int classes, tq_dtype dt, v
         return TQ_EINVAL;
     }
     return softmax_common(be, "softmax_ce", n, classes, dt, dlogits, logits, labels, grad_scale,
-                          out);
+                          NULL, 1, out);
+}
+
+extern "C" int tqc_softmax_ce_dyn(tq_backend *be, int n, int classes, tq_dtype dt, void *dlogits,
+                                  const void *logits, const int32_t *labels,
+                                  const tq_dstep_state *st, int accum, float *out) {
+    if ((!dlogits && n > 0) || !st || accum < 1) {
+        tq_backend_seterr(be, "softmax_ce_dyn: %s", !st ? "no step state" : accum < 1 ? "accum < 1"
+                                                                                       : "dlogits missing");
+        return TQ_EINVAL;
+    }
+    return softmax_common(be, "softmax_ce_dyn", n, classes, dt, dlogits, logits, labels, 0.0f, st,
+                          accum, out);
 }
 
 extern "C" int tqc_softmax_ce_eval(tq_backend *be, int n, int classes, tq_dtype dt,
                                    const void *logits, const int32_t *labels, float *out) {
-    return softmax_common(be, "softmax_ce_eval", n, classes, dt, NULL, logits, labels, 0.0f, out);
+    return softmax_common(be, "softmax_ce_eval", n, classes, dt, NULL, logits, labels, 0.0f, NULL, 1,
+                          out);
 }

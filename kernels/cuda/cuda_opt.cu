@@ -8,6 +8,10 @@
  *   is inf/NaN. *found_inf (device f32) is written 1.0f only when something is bad (the
  *   caller zeroes it first, as for the CPU backend); several blocks may store that same 1.0f,
  *   which is deterministic without atomics. found_inf may be NULL (the scaling still happens).
+ * - The _dyn variants (the step on the device, backend.h) are the same kernels instantiated
+ *   with DYN = 1: they read inv_scale, lr and AdamW's bias corrections from the tq_dstep
+ *   structs in device memory (kernels/common's tq_dstep_* arithmetic) instead of arguments,
+ *   and then run the very same per-element code. step_end is one thread: tq_dstep_end.
  * - Errors: TQ_EINVAL naming the op and argument; launch failures TQ_EDEVICE.
  */
 #include "cuda/cuda_kern.cuh"
@@ -18,8 +22,10 @@ __device__ __forceinline__ int nonfinite(float v) {
     return (__float_as_uint(v) & 0x7f800000u) == 0x7f800000u;
 }
 
+template <int DYN>
 __global__ void __launch_bounds__(TQC_THREADS)
-k_unscale_check(size_t n, float *g, float inv_scale, float *found_inf) {
+k_unscale_check(size_t n, float *g, float inv_scale, const tq_dstep_state *st, float *found_inf) {
+    if (DYN) inv_scale = tq_dstep_inv_scale(st->scale);
     int bad = 0;
     TQC_FOR(i, n) {
         float v = g[i], s = v * inv_scale;
@@ -34,16 +40,28 @@ extern "C" int tqc_unscale_check(tq_backend *be, size_t n, float *g, float inv_s
                                  float *found_inf) {
     if (!n) return TQ_OK;
     TQC_NEED(be, "unscale_check", g);
-    k_unscale_check<<<GRID(n)>>>(n, g, inv_scale, found_inf);
+    k_unscale_check<0><<<GRID(n)>>>(n, g, inv_scale, NULL, found_inf);
+    TQC_LAUNCH_CHECK(be);
+    return TQ_OK;
+}
+
+extern "C" int tqc_unscale_check_dyn(tq_backend *be, size_t n, float *g, const tq_dstep_state *st,
+                                     float *found_inf) {
+    TQC_NEED(be, "unscale_check_dyn", st);
+    if (!n) return TQ_OK;
+    TQC_NEED(be, "unscale_check_dyn", g);
+    k_unscale_check<1><<<GRID(n)>>>(n, g, 0.0f, st, found_inf);
     TQC_LAUNCH_CHECK(be);
     return TQ_OK;
 }
 
 /* skip: an overflow flag in device memory (unscale_check's), NULL none: set, nothing moves */
-template <int MOM>
-__global__ void k_sgd(size_t n, float *w, const float *g, float *buf, float lr, float momentum,
-                      float wd, int nesterov, const float *skip) {
+template <int MOM, int DYN>
+__global__ void k_sgd(size_t n, float *w, const float *g, float *buf, float lr,
+                      const tq_dstep_in *in, float momentum, float wd, int nesterov,
+                      const float *skip) {
     if (skip && *skip != 0.0f) return;
+    if (DYN) lr = in->lr;
     TQC_FOR(i, n) {
         if (MOM) {
             tq_sgd_1(&w[i], g[i], &buf[i], lr, momentum, wd, nesterov);
@@ -54,26 +72,46 @@ __global__ void k_sgd(size_t n, float *w, const float *g, float *buf, float lr, 
     }
 }
 
-extern "C" int tqc_sgd_step(tq_backend *be, size_t n, float *w, const float *g, float *buf,
-                            float lr, float momentum, float wd, int nesterov, const float *skip) {
+template <int DYN>
+static int sgd_launch(tq_backend *be, const char *op, size_t n, float *w, const float *g,
+                      float *buf, float lr, const tq_dstep_in *in, float momentum, float wd,
+                      int nesterov, const float *skip) {
     if (momentum != 0.0f && !buf) {
-        tq_backend_seterr(be, "sgd_step: momentum %g needs a buffer", (double)momentum);
+        tq_backend_seterr(be, "%s: momentum %g needs a buffer", op, (double)momentum);
         return TQ_EINVAL;
     }
+    if (DYN) TQC_NEED(be, op, in);
     if (!n) return TQ_OK;
-    TQC_NEED(be, "sgd_step", w);
-    TQC_NEED(be, "sgd_step", g);
-    if (momentum == 0.0f) k_sgd<0><<<GRID(n)>>>(n, w, g, NULL, lr, 0.0f, wd, nesterov, skip);
-    else k_sgd<1><<<GRID(n)>>>(n, w, g, buf, lr, momentum, wd, nesterov, skip);
+    TQC_NEED(be, op, w);
+    TQC_NEED(be, op, g);
+    if (momentum == 0.0f) k_sgd<0, DYN><<<GRID(n)>>>(n, w, g, NULL, lr, in, 0.0f, wd, nesterov, skip);
+    else k_sgd<1, DYN><<<GRID(n)>>>(n, w, g, buf, lr, in, momentum, wd, nesterov, skip);
     TQC_LAUNCH_CHECK(be);
     return TQ_OK;
 }
 
+extern "C" int tqc_sgd_step(tq_backend *be, size_t n, float *w, const float *g, float *buf,
+                            float lr, float momentum, float wd, int nesterov, const float *skip) {
+    return sgd_launch<0>(be, "sgd_step", n, w, g, buf, lr, NULL, momentum, wd, nesterov, skip);
+}
+
+extern "C" int tqc_sgd_step_dyn(tq_backend *be, size_t n, float *w, const float *g, float *buf,
+                                const tq_dstep_in *in, float momentum, float wd, int nesterov,
+                                const float *skip) {
+    return sgd_launch<1>(be, "sgd_step_dyn", n, w, g, buf, 0.0f, in, momentum, wd, nesterov, skip);
+}
+
+template <int DYN>
 __global__ void k_adamw(size_t n, float *w, const float *g, float *m, float *v, float lr,
                         float b1, float b2, float eps, float wd, float bc1, float bc2,
-                        const float *skip) {
+                        const tq_dstep_in *in, const tq_dstep_state *st, const float *skip) {
     if (skip && *skip != 0.0f) return;
-    TQC_FOR(i, n) tq_adamw_1(&w[i], g[i], &m[i], &v[i], lr, b1, b2, eps, wd, bc1, bc2);
+    float l = lr, c1 = bc1, c2 = bc2;
+    if (DYN) {
+        l = in->lr;
+        tq_dstep_bc(in, st, &c1, &c2);
+    }
+    TQC_FOR(i, n) tq_adamw_1(&w[i], g[i], &m[i], &v[i], l, b1, b2, eps, wd, c1, c2);
 }
 
 extern "C" int tqc_adamw_step(tq_backend *be, size_t n, float *w, const float *g, float *m,
@@ -86,7 +124,38 @@ extern "C" int tqc_adamw_step(tq_backend *be, size_t n, float *w, const float *g
     if (!n) return TQ_OK;
     TQC_NEED(be, "adamw_step", w);
     TQC_NEED(be, "adamw_step", g);
-    k_adamw<<<GRID(n)>>>(n, w, g, m, v, lr, b1, b2, eps, wd, bc1, bc2, skip);
+    k_adamw<0><<<GRID(n)>>>(n, w, g, m, v, lr, b1, b2, eps, wd, bc1, bc2, NULL, NULL, skip);
+    TQC_LAUNCH_CHECK(be);
+    return TQ_OK;
+}
+
+extern "C" int tqc_adamw_step_dyn(tq_backend *be, size_t n, float *w, const float *g, float *m,
+                                  float *v, const tq_dstep_in *in, const tq_dstep_state *st,
+                                  float b1, float b2, float eps, float wd, const float *skip) {
+    if (!m || !v) {
+        tq_backend_seterr(be, "adamw_step_dyn: moment buffers missing");
+        return TQ_EINVAL;
+    }
+    TQC_NEED(be, "adamw_step_dyn", in);
+    TQC_NEED(be, "adamw_step_dyn", st);
+    if (!n) return TQ_OK;
+    TQC_NEED(be, "adamw_step_dyn", w);
+    TQC_NEED(be, "adamw_step_dyn", g);
+    k_adamw<1><<<GRID(n)>>>(n, w, g, m, v, 0.0f, b1, b2, eps, wd, 0.0f, 0.0f, in, st, skip);
+    TQC_LAUNCH_CHECK(be);
+    return TQ_OK;
+}
+
+__global__ void k_step_end(tq_dstep_state *st, const float *found_inf, int fp16, float growth,
+                           float backoff, int interval) {
+    if (blockIdx.x != 0 || threadIdx.x != 0) return;
+    tq_dstep_end(st, fp16, found_inf && *found_inf != 0.0f, growth, backoff, interval);
+}
+
+extern "C" int tqc_step_end(tq_backend *be, tq_dstep_state *st, const float *found_inf, int fp16,
+                            float growth, float backoff, int interval) {
+    TQC_NEED(be, "step_end", st);
+    k_step_end<<<1, 32, 0, tqc(be)->stream>>>(st, found_inf, fp16, growth, backoff, interval);
     TQC_LAUNCH_CHECK(be);
     return TQ_OK;
 }

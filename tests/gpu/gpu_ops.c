@@ -19,6 +19,12 @@
  * ref value that dev does not reproduce (the NaN-propagation cases). Integer outputs (labels,
  * hit counts, found_inf) and casts (pure rounding) must match exactly.
  *
+ * The step on the device (spec cuda_graphs) adds: each _dyn op against its plain op on both
+ * sides ("same bits": exact), step_end's state against tq_dstep_end, fetch_*, and CUDA graphs
+ * (an optimizer sequence replayed with new device values; cuDNN convolutions and a cuBLASLt
+ * GEMM captured and replayed) against the same ops issued directly, bit for bit; the graph
+ * cases are skipped with --against cpu.
+ *
  * --inject OP corrupts one element of OP's device output after the op ran (to prove that the
  * checker fails). Exit status: 0 all checks pass, 1 a check failed, 2 usage error, 77 no device
  * (the one-line reason is printed).
@@ -704,6 +710,299 @@ static void adamw_case(size_t n, int t, float wd, int skip) {
     case_end(&c);
 }
 
+/* ---- the step on the device (cuda_graphs): the _dyn ops, step_end, fetch, graphs ----
+ * Each _dyn op runs next to its plain op on the same inputs (the plain op given the values the
+ * _dyn one reads from the tq_dstep structs): the _dyn output must equal the plain one bit for
+ * bit on each side ("same bits"), and match the reference like the plain op does. */
+
+/* b1 and b2 hold the same bytes, on the reference and on the device */
+static void same_bits(tcase *c, tbuf *b1, tbuf *b2, const char *label) {
+    if (c->bad) return;
+    char where[96] = "";
+    int ok = 1;
+    for (int s = 0; s < 2; s++) {
+        G.be[s]->i->sync(G.be[s]);
+        void *x = xmalloc(b1->bytes[s]), *y = xmalloc(b2->bytes[s]);
+        G.be[s]->i->to_host(G.be[s], x, b1->p[s], b1->bytes[s]);
+        G.be[s]->i->to_host(G.be[s], y, b2->p[s], b2->bytes[s]);
+        if (b1->bytes[s] != b2->bytes[s] || memcmp(x, y, b1->bytes[s])) {
+            ok = 0;
+            snprintf(where, sizeof where, "%s and %s differ on the %s", b1->name, b2->name,
+                     s == REF ? "reference" : "device");
+        }
+        free(x); free(y);
+    }
+    add_row(c, label, ok ? 0.0 : INFINITY, 0.0, 1, ok, "%s", where);
+}
+
+#define STATE(b) ((tq_dstep_state *)P(b))
+#define DIN(b) ((const tq_dstep_in *)P(b))
+
+static void softmax_dyn_case(int n, int classes, tq_dtype dt, int accum) {
+    const tq_dstep_state st = { 1000.1, 0, 0, 0 };   /* a double no float equals */
+    size_t nl = (size_t)n * classes;
+    tcase c;
+    case_begin(&c, "softmax_ce_dyn", dt, "n %d classes %d scale 1000.1 accum %d", n, classes, accum);
+    tbuf *logits = tb_in(&c, "logits", dt, nl, -3, 3);
+    int32_t *lab = xmalloc((size_t)n * sizeof *lab);
+    for (int i = 0; i < n; i++) lab[i] = irand(classes);
+    tbuf *labels = tb_host(&c, "labels", K_I32, (size_t)n, lab);
+    free(lab);
+    float pre[2] = { 2.5f, 3 };
+    tbuf *out1 = tb_host(&c, "out plain", K_F32, 2, pre), *out2 = tb_host(&c, "out", K_F32, 2, pre);
+    tbuf *dl1 = tb_out(&c, "dlogits plain", dt, nl), *dl2 = tb_out(&c, "dlogits", dt, nl);
+    tbuf *stb = tb_host(&c, "state", K_U8, sizeof st, &st);
+    RUN(&c, be->i->softmax_ce(be, n, classes, dt, P(dl1), P(logits), P(labels),
+                              tq_dstep_grad_scale(st.scale, accum), P(out1)));
+    RUN(&c, be->i->softmax_ce_dyn(be, n, classes, dt, P(dl2), P(logits), P(labels), STATE(stb), accum, P(out2)));
+    check(&c, dl2);
+    check_range(&c, out2, "out[0] loss", 0, 1, 0, 0);
+    same_bits(&c, dl1, dl2, "same bits: dlogits");
+    same_bits(&c, out1, out2, "same bits: out");
+    case_end(&c);
+}
+
+static void unscale_dyn_case(size_t n, int plant) {
+    const tq_dstep_state st = { 65536.0, 0, 0, 0 };
+    tcase c;
+    case_begin(&c, "unscale_check_dyn", TQ_F32, "n %zu, scale 65536%s", n, plant ? ", +inf planted" : "");
+    void *h = gen(K_F32, n, -1000, 1000);
+    if (plant) ((float *)h)[n - 1] = INFINITY;
+    tbuf *g1 = tb_host(&c, "g plain", K_F32, n, h), *g2 = tb_host(&c, "g", K_F32, n, h);
+    free(h);
+    float zero = 0.0f;
+    tbuf *f1 = tb_host(&c, "found_inf plain", K_F32, 1, &zero), *f2 = tb_host(&c, "found_inf", K_F32, 1, &zero);
+    tbuf *stb = tb_host(&c, "state", K_U8, sizeof st, &st);
+    RUN(&c, be->i->unscale_check(be, n, P(g1), tq_dstep_inv_scale(st.scale), P(f1)));
+    RUN(&c, be->i->unscale_check_dyn(be, n, P(g2), STATE(stb), P(f2)));
+    check(&c, g2);
+    expect(&c, f2, 0, plant ? 1.0 : 0.0);
+    same_bits(&c, g1, g2, "same bits: g");
+    case_end(&c);
+}
+
+static void sgd_dyn_case(size_t n, float mom, int skip) {
+    const tq_dstep_in in = { 0.0375f, 1, 0, 0, 0, 0 };
+    tcase c;
+    case_begin(&c, "sgd_step_dyn", TQ_F32, "n %zu lr 0.0375 momentum %g wd 5e-4 nesterov%s", n, mom, SKIPL[skip + 1]);
+    void *hw = gen(K_F32, n, -1, 1), *hb = gen(K_F32, n, -1, 1);
+    tbuf *w1 = tb_host(&c, "w plain", K_F32, n, hw), *w2 = tb_host(&c, "w", K_F32, n, hw);
+    tbuf *b1 = mom != 0 ? tb_host(&c, "buf plain", K_F32, n, hb) : NULL;
+    tbuf *b2 = mom != 0 ? tb_host(&c, "buf", K_F32, n, hb) : NULL;
+    free(hw); free(hb);
+    tbuf *g = tb_in(&c, "g", K_F32, n, -1, 1);
+    tbuf *inb = tb_host(&c, "in", K_U8, sizeof in, &in);
+    tbuf *sk = skip_flag(&c, skip);
+    RUN(&c, be->i->sgd_step(be, n, P(w1), P(g), P(b1), in.lr, mom, 5e-4f, 1, P(sk)));
+    RUN(&c, be->i->sgd_step_dyn(be, n, P(w2), P(g), P(b2), DIN(inb), mom, 5e-4f, 1, P(sk)));
+    check(&c, w2);
+    same_bits(&c, w1, w2, "same bits: w");
+    if (b1) same_bits(&c, b1, b2, "same bits: buf");
+    case_end(&c);
+}
+
+static void adamw_dyn_case(size_t n, int pick_b, int skip) {
+    const float b1 = 0.9f, b2 = 0.999f;
+    tq_dstep_in in = { 1e-3f, 7, 0, 0, 0, 0 };
+    in.bc1_a = (float)(1.0 - pow(b1, 7.0)); in.bc2_a = (float)(1.0 - pow(b2, 7.0));
+    in.bc1_b = (float)(1.0 - pow(b1, 8.0)); in.bc2_b = (float)(1.0 - pow(b2, 8.0));
+    const tq_dstep_state st = { 1, 1, 0, pick_b ? 7 : 6 };   /* t = opt_t + 1: 7 = t_a, or 8 */
+    tcase c;
+    case_begin(&c, "adamw_step_dyn", TQ_F32, "n %zu lr 1e-3 wd 0.01, the device at t %d of {7, 8}%s", n,
+               pick_b ? 8 : 7, SKIPL[skip + 1]);
+    void *hw = gen(K_F32, n, -1, 1), *hm = gen(K_F32, n, -0.1, 0.1), *hv = gen(K_F32, n, 0, 0.01);
+    tbuf *w1 = tb_host(&c, "w plain", K_F32, n, hw), *w2 = tb_host(&c, "w", K_F32, n, hw);
+    tbuf *m1 = tb_host(&c, "m plain", K_F32, n, hm), *m2 = tb_host(&c, "m", K_F32, n, hm);
+    tbuf *v1 = tb_host(&c, "v plain", K_F32, n, hv), *v2 = tb_host(&c, "v", K_F32, n, hv);
+    free(hw); free(hm); free(hv);
+    tbuf *g = tb_in(&c, "g", K_F32, n, -1, 1);
+    tbuf *inb = tb_host(&c, "in", K_U8, sizeof in, &in), *stb = tb_host(&c, "state", K_U8, sizeof st, &st);
+    tbuf *sk = skip_flag(&c, skip);
+    float bc1 = pick_b ? in.bc1_b : in.bc1_a, bc2 = pick_b ? in.bc2_b : in.bc2_a;
+    RUN(&c, be->i->adamw_step(be, n, P(w1), P(g), P(m1), P(v1), in.lr, b1, b2, 1e-8f, 0.01f, bc1, bc2, P(sk)));
+    RUN(&c, be->i->adamw_step_dyn(be, n, P(w2), P(g), P(m2), P(v2), DIN(inb), STATE(stb), b1, b2, 1e-8f, 0.01f, P(sk)));
+    check(&c, w2);
+    same_bits(&c, w1, w2, "same bits: w");
+    same_bits(&c, m1, m2, "same bits: m");
+    same_bits(&c, v1, v2, "same bits: v");
+    case_end(&c);
+}
+
+/* step_end: the state after it, bit for bit the reference's (kernels/common's tq_dstep_end) */
+static void step_end_case(int fp16, int flag, double scale, int tracker) {
+    tq_dstep_state st = { scale, 0, tracker, 41 };
+    tcase c;
+    case_begin(&c, "step_end", TQ_F32, "%s, found_inf %d, scale %.9g, tracker %d of 3", fp16 ? "fp16" : "no scaler",
+               flag, scale, tracker);
+    tbuf *stb = tb_host(&c, "state", K_U8, sizeof st, &st);
+    const float f = (float)flag;
+    tbuf *fb = tb_host(&c, "found_inf", K_F32, 1, &f);
+    RUN(&c, be->i->step_end(be, STATE(stb), P(fb), fp16, 2.0f, 0.5f, 3));
+    check(&c, stb);
+    tq_dstep_end(&st, fp16, flag, 2.0f, 0.5f, 3);
+    double *v[2];
+    void *raw[2];
+    if (!download(&c, stb, v, raw)) {
+        int ok = !memcmp(raw[DEV], &st, sizeof st);
+        add_row(&c, "state == tq_dstep_end", ok ? 0.0 : INFINITY, 0.0, 1, ok, "%s", ok ? "" : "device state differs");
+        for (int s = 0; s < 2; s++) { free(v[s]); free(raw[s]); }
+    }
+    case_end(&c);
+}
+
+/* fetch_begin / fetch_end: the bytes as they were when the stream reached the fetch */
+static void fetch_case(void) {
+    tcase c;
+    case_begin(&c, "fetch", TQ_F32, "%d bytes into slot 3, then the source overwritten", TQ_FETCH_BYTES);
+    unsigned char h[TQ_FETCH_BYTES], got[TQ_FETCH_BYTES];
+    for (int i = 0; i < TQ_FETCH_BYTES; i++) h[i] = (unsigned char)(31 * i + 7);
+    tbuf *src = tb_host(&c, "src", K_U8, sizeof h, h);
+    for (int side = 0; side < 2 && !c.bad; side++) {
+        tq_backend *be = G.be[side];
+        double t = -1, t0 = be->i->now_ms(be);
+        int rc = be->i->fetch_begin(be, 3, src->p[side], sizeof h);
+        be->i->memset0(be, src->p[side], sizeof h);   /* after the fetch, in stream order */
+        if (!rc) rc = be->i->fetch_end(be, 3, got, sizeof got, &t);
+        if (rc) { case_fail(&c, side, "fetch", be->err); break; }
+        int ok = !memcmp(got, h, sizeof h) && t >= t0 - 1e-3 && isfinite(t);
+        add_row(&c, side == REF ? "reference" : "device", ok ? 0.0 : INFINITY, 0.0, 1, ok,
+                "t %.3f ms (now_ms before: %.3f)", t, t0);
+    }
+    case_end(&c);
+}
+
+/* CUDA graphs: a captured sequence replayed three times with new values in device memory
+ * between the replays (the learning rate, the overflow flag) gives exactly what the same ops
+ * issued directly give; on a CPU device (--against cpu) the case says it is skipped. */
+static void graph_opt_case(void) {
+    const size_t n = 100003;
+    tcase c;
+    case_begin(&c, "graph", TQ_F32, "capture sgd_step_dyn + step_end, replay 3x (lr 0.1/0.05/0.025, overflow at the 2nd)");
+    tq_backend *dv = G.be[DEV];
+    if (!strcmp(dv->i->name, "cpu")) {
+        add_row(&c, "skipped", 0.0, 0.0, 1, 1, "CUDA graphs need a CUDA device");
+        case_end(&c);
+        return;
+    }
+    const tq_dstep_state st0 = { 1024, 1024, 0, 0 };
+    tq_dstep_in in = { 0.1f, 1, 0, 0, 0, 0 };
+    void *hw = gen(K_F32, n, -1, 1), *hb = gen(K_F32, n, -1, 1);
+    tbuf *w1 = tb_host(&c, "w direct", K_F32, n, hw), *w2 = tb_host(&c, "w", K_F32, n, hw);
+    tbuf *b1 = tb_host(&c, "buf direct", K_F32, n, hb), *b2 = tb_host(&c, "buf", K_F32, n, hb);
+    free(hw); free(hb);
+    tbuf *g = tb_in(&c, "g", K_F32, n, -1, 1);
+    tbuf *s1 = tb_host(&c, "state direct", K_U8, sizeof st0, &st0), *s2 = tb_host(&c, "state", K_U8, sizeof st0, &st0);
+    tbuf *in1 = tb_host(&c, "in direct", K_U8, sizeof in, &in), *in2 = tb_host(&c, "in", K_U8, sizeof in, &in);
+    float zero = 0;
+    tbuf *f1 = tb_host(&c, "flag direct", K_F32, 1, &zero), *f2 = tb_host(&c, "flag", K_F32, 1, &zero);
+    void *gr = NULL;
+    if (!c.bad) {
+        int rc = dv->i->graph_begin(dv), orc = 0;
+        if (!rc) {
+            orc = dv->i->sgd_step_dyn(dv, n, w2->p[DEV], g->p[DEV], b2->p[DEV], (const tq_dstep_in *)in2->p[DEV],
+                                      0.9f, 5e-4f, 1, f2->p[DEV]);
+            if (!orc) orc = dv->i->step_end(dv, (tq_dstep_state *)s2->p[DEV], f2->p[DEV], 1, 2.0f, 0.5f, 2);
+            rc = dv->i->graph_end(dv, orc == 0, &gr);
+            if (orc) rc = orc;
+        }
+        if (rc) case_fail(&c, DEV, "capture", dv->err);
+    }
+    for (int k = 0; k < 3 && !c.bad; k++) {
+        in.lr = 0.1f / (float)(1 << k);
+        float flag = k == 1 ? 1.0f : 0.0f;
+        for (int side = 0; side < 2; side++) {   /* new values, in stream order */
+            tq_backend *be = G.be[side];
+            be->i->to_device(be, in1->p[side], &in, sizeof in);
+            be->i->to_device(be, in2->p[side], &in, sizeof in);
+            be->i->to_device(be, f1->p[side], &flag, sizeof flag);
+            be->i->to_device(be, f2->p[side], &flag, sizeof flag);
+        }
+        /* direct on both sides into the "direct" buffers; the replay on the device, direct on
+         * the reference, into the others */
+        RUN(&c, be->i->sgd_step_dyn(be, n, P(w1), P(g), P(b1), DIN(in1), 0.9f, 5e-4f, 1, P(f1)));
+        RUN(&c, be->i->step_end(be, STATE(s1), P(f1), 1, 2.0f, 0.5f, 2));
+        int rc = dv->i->graph_launch(dv, gr);
+        if (rc) { case_fail(&c, DEV, "graph_launch", dv->err); break; }
+        if (!c.bad && (rc = G.be[REF]->i->sgd_step_dyn(G.be[REF], n, w2->p[REF], g->p[REF], b2->p[REF],
+                                                      (const tq_dstep_in *)in2->p[REF], 0.9f, 5e-4f, 1, f2->p[REF])) == 0)
+            rc = G.be[REF]->i->step_end(G.be[REF], (tq_dstep_state *)s2->p[REF], f2->p[REF], 1, 2.0f, 0.5f, 2);
+        if (rc) case_fail(&c, REF, "(op)", G.be[REF]->err);
+    }
+    check(&c, w2);
+    check(&c, s2);
+    same_bits(&c, w1, w2, "replayed == direct: w");
+    same_bits(&c, b1, b2, "replayed == direct: buf");
+    same_bits(&c, s1, s2, "replayed == direct: state");
+    dv->i->graph_free(dv, gr);
+    case_end(&c);
+}
+
+/* cuDNN and cuBLASLt under capture: conv_fwd, conv_bwd_data (beta 1), conv_bwd_filter (dw
+ * accumulates) and linear_fwd with bias, captured once and replayed twice, against the same
+ * ops issued directly twice: bit for bit (deterministic engines, the same plans). */
+static void graph_conv_case(tq_dtype dt) {
+    const tq_conv_desc d = { { 8, 16, 16, 16 }, 32, 3, 3, 1, 1 };
+    const int ln = 8, lin = 16 * 16 * 32, lout = 10;
+    tcase c;
+    case_begin(&c, "graph", dt, "capture conv fwd/bwd_data beta 1/bwd_filter x 8x16x16x16 k32 3x3 + linear_fwd bias, replay 2x");
+    tq_backend *dv = G.be[DEV];
+    if (!strcmp(dv->i->name, "cpu")) {
+        add_row(&c, "skipped", 0.0, 0.0, 1, 1, "CUDA graphs need a CUDA device");
+        case_end(&c);
+        return;
+    }
+    tq_shape ys = tq_conv_yshape(&d);
+    size_t nx = tq_shape_numel(d.x), ny = tq_shape_numel(ys), nw = (size_t)d.k * d.r * d.s * d.x.c;
+    size_t wsb[2];
+    for (int side = 0; side < 2; side++) {
+        size_t a = G.be[side]->i->conv_ws(G.be[side], &d, dt), b = G.be[side]->i->linear_ws(G.be[side], ln, lin, lout, dt);
+        wsb[side] = a > b ? a : b;
+    }
+    tbuf *ws = tb_ws(&c, wsb);
+    tbuf *x = tb_in(&c, "x", dt, nx, -1, 1), *w = tb_in(&c, "w", dt, nw, -0.2, 0.2), *dy = tb_in(&c, "dy", dt, ny, -1, 1);
+    tbuf *lw = tb_in(&c, "lw", dt, (size_t)lin * lout, -0.01, 0.01), *lb = tb_in(&c, "lb", K_F32, lout, -1, 1);
+    void *hdx = gen(dt, nx, -1, 1), *hdw = gen(K_F32, nw, -1, 1);
+    tbuf *y1 = tb_out(&c, "y direct", dt, ny), *y2 = tb_out(&c, "y", dt, ny);
+    tbuf *dx1 = tb_host(&c, "dx direct", dt, nx, hdx), *dx2 = tb_host(&c, "dx", dt, nx, hdx);
+    tbuf *dw1 = tb_host(&c, "dw direct", K_F32, nw, hdw), *dw2 = tb_host(&c, "dw", K_F32, nw, hdw);
+    tbuf *ly1 = tb_out(&c, "ly direct", dt, (size_t)ln * lout), *ly2 = tb_out(&c, "ly", dt, (size_t)ln * lout);
+    free(hdx); free(hdw);
+#define SEQ(be, Y, DX, DW, LY)                                                                              \
+    ((be)->i->conv_fwd((be), &d, dt, Y, x->p[side], w->p[side], NULL, ws->p[side], ws->bytes[side]) ||     \
+     (be)->i->conv_bwd_data((be), &d, dt, DX, 1.0f, dy->p[side], w->p[side], ws->p[side], ws->bytes[side]) || \
+     (be)->i->conv_bwd_filter((be), &d, dt, DW, NULL, x->p[side], dy->p[side], ws->p[side], ws->bytes[side]) || \
+     (be)->i->linear_fwd((be), ln, lin, lout, dt, LY, Y, lw->p[side], lb->p[side], ws->p[side], ws->bytes[side]))
+    void *gr = NULL;
+    for (int rep = 0; rep < 2 && !c.bad; rep++)
+        for (int side = 0; side < 2 && !c.bad; side++) {
+            tq_backend *be = G.be[side];
+            if (SEQ(be, y1->p[side], dx1->p[side], dw1->p[side], ly1->p[side])) case_fail(&c, side, "(direct)", be->err);
+        }
+    if (!c.bad) {
+        int side = DEV, rc = dv->i->graph_begin(dv), orc = 0;
+        if (!rc) {
+            orc = SEQ(dv, y2->p[DEV], dx2->p[DEV], dw2->p[DEV], ly2->p[DEV]);
+            rc = dv->i->graph_end(dv, orc == 0, &gr);
+            if (orc) rc = orc;
+        }
+        if (rc) case_fail(&c, DEV, "capture", dv->err);
+        for (int rep = 0; rep < 2 && !c.bad; rep++)
+            if (dv->i->graph_launch(dv, gr)) case_fail(&c, DEV, "graph_launch", dv->err);
+        for (int rep = 0; rep < 2 && !c.bad; rep++) {   /* the reference: direct */
+            side = REF;
+            if (SEQ(G.be[REF], y2->p[REF], dx2->p[REF], dw2->p[REF], ly2->p[REF])) case_fail(&c, REF, "(direct)", G.be[REF]->err);
+        }
+    }
+#undef SEQ
+    same_bits(&c, y1, y2, "replayed == direct: y");
+    same_bits(&c, dx1, dx2, "replayed == direct: dx");
+    same_bits(&c, dw1, dw2, "replayed == direct: dw");
+    same_bits(&c, ly1, ly2, "replayed == direct: linear y");
+    check(&c, dw2);
+    dv->i->graph_free(dv, gr);
+    case_end(&c);
+}
+
 /* ---- the batch loader ---- */
 typedef struct { int n, h, w, c, pad; } lb_shape;
 static const lb_shape LBS[] = { { 64, 28, 28, 1, 4 }, { 64, 32, 32, 3, 4 }, { 7, 15, 15, 3, 2 } };
@@ -754,6 +1053,7 @@ static const char *const OPS[] = {
     "linear_bwd_filter", "bn_fwd_train", "bn_fwd_infer", "bn_norm", "bn_bwd", "relu_fwd", "relu_bwd",
     "add_fwd", "accumulate", "maxpool_fwd", "maxpool_bwd", "avgpool_fwd", "avgpool_bwd",
     "softmax_ce", "softmax_ce_eval", "cast", "unscale_check", "sgd_step", "adamw_step", "load_batch",
+    "softmax_ce_dyn", "unscale_check_dyn", "sgd_step_dyn", "adamw_step_dyn", "step_end",
 };
 #define NELEM(a) (sizeof(a) / sizeof *(a))
 
@@ -800,6 +1100,20 @@ static void run_all(void) {
     for (size_t i = 0; i < NELEM(LBS); i++)
         for (int d = 0; d < 3; d++)
             for (int a = 0; a < 2; a++) load_case(&LBS[i], DTS[d], a);
+    /* the step on the device (cuda_graphs) */
+    for (int d = 0; d < 3; d++) { softmax_dyn_case(64, 10, DTS[d], 2); softmax_dyn_case(3, 1000, DTS[d], 3); }
+    for (int p = 0; p < 2; p++) unscale_dyn_case(1000003, p);
+    sgd_dyn_case(1000003, 0.0f, -1);
+    sgd_dyn_case(1000003, 0.9f, -1);
+    sgd_dyn_case(1000003, 0.9f, 1);
+    for (int pick = 0; pick < 2; pick++) adamw_dyn_case(1000003, pick, -1);
+    adamw_dyn_case(1000003, 1, 1);
+    for (int fp16 = 0; fp16 < 2; fp16++)
+        for (int flag = 0; flag < 2; flag++) step_end_case(fp16, flag, 1000.1, 2);
+    step_end_case(1, 0, 3.4028234663852886e38, 2);   /* growth would pass the largest float */
+    fetch_case();
+    graph_opt_case();
+    for (int d = 0; d < 3; d++) graph_conv_case(DTS[d]);
 }
 
 /* '|' would end a markdown table cell */

@@ -9,7 +9,9 @@
  * back with the dims, strides and data type that were set; a deliberately wrong output shape
  * or channel count fails with CUDNN_STATUS_BAD_PARAM and a message that names the op and the
  * wrong shape; cuBLASLt descriptors create with the transposition-trick layouts (op(A) m×k,
- * op(B) k×n, C m×n, the leading dimensions of row-major data, dtypes, epilogue); the error
+ * op(B) k×n, C m×n, the leading dimensions of row-major data, dtypes, epilogue, and the
+ * compute type: CUBLAS_COMPUTE_32F_FAST_TF32 only for f32 with TF32 allowed); the engine-note
+ * rule (TF32 tensor-core engines for f32 only with the spec's tf32 allowing them); the error
  * line carries status, call, file and line. And the backend's operation table is complete (a new
  * operation of kernels/backend.h that the CUDA backend lacks fails here, with no GPU needed).
  */
@@ -215,21 +217,26 @@ static void test_cfg_notes_rule(void **state) {
     for (int d = 0; d < 3; d++) {
         const tq_dtype dt = DTS[d];
         for (int strict = 0; strict < 2; strict++)
-            for (int det = 0; det < 2; det++) {
-                /* an engine without notes, or with Winograd/FFT ones, always */
-                assert_true(tqc_conv_cfg_allowed(0, 0, dt, strict, det));
-                assert_true(tqc_conv_cfg_allowed(wino, 0, dt, strict, det));
-                /* down-converting inputs never; tensor cores except in f32 (TF32) */
-                assert_false(tqc_conv_cfg_allowed(down, 0, dt, strict, det));
-                assert_int_equal(tqc_conv_cfg_allowed(tc, 0, dt, strict, det), dt != TQ_F32);
-                /* reduced-precision reductions and runtime compilation only when relaxed */
-                assert_int_equal(tqc_conv_cfg_allowed(rpr, 0, dt, strict, det), !strict);
-                assert_int_equal(tqc_conv_cfg_allowed(0, rtc, dt, strict, det), !strict);
-                /* nondeterministic engines only when the job allows them, in either pass */
-                assert_int_equal(tqc_conv_cfg_allowed(nondet, 0, dt, strict, det), !det);
-                assert_int_equal(tqc_conv_cfg_allowed(nondet | wino, 0, dt, strict, det), !det);
-                assert_int_equal(tqc_conv_cfg_allowed(nondet | tc, 0, dt, strict, det), !det && dt != TQ_F32);
-            }
+            for (int det = 0; det < 2; det++)
+                for (int tf = 0; tf < 2; tf++) {
+                    /* TF32 (tf, spec tf32 "conv" or true) only ever changes f32's tensor cores */
+                    const int tc_ok = dt != TQ_F32 || tf;
+                    /* an engine without notes, or with Winograd/FFT ones, always */
+                    assert_true(tqc_conv_cfg_allowed(0, 0, dt, strict, det, tf));
+                    assert_true(tqc_conv_cfg_allowed(wino, 0, dt, strict, det, tf));
+                    /* down-converting inputs never; tensor cores except in f32 without TF32 */
+                    assert_false(tqc_conv_cfg_allowed(down, 0, dt, strict, det, tf));
+                    assert_false(tqc_conv_cfg_allowed(down | tc, 0, dt, strict, det, tf));
+                    assert_int_equal(tqc_conv_cfg_allowed(tc, 0, dt, strict, det, tf), tc_ok);
+                    assert_int_equal(tqc_conv_cfg_allowed(tc | wino, 0, dt, strict, det, tf), tc_ok);
+                    /* reduced-precision reductions and runtime compilation only when relaxed */
+                    assert_int_equal(tqc_conv_cfg_allowed(rpr, 0, dt, strict, det, tf), !strict);
+                    assert_int_equal(tqc_conv_cfg_allowed(0, rtc, dt, strict, det, tf), !strict);
+                    /* nondeterministic engines only when the job allows them, in either pass */
+                    assert_int_equal(tqc_conv_cfg_allowed(nondet, 0, dt, strict, det, tf), !det);
+                    assert_int_equal(tqc_conv_cfg_allowed(nondet | wino, 0, dt, strict, det, tf), !det);
+                    assert_int_equal(tqc_conv_cfg_allowed(nondet | tc, 0, dt, strict, det, tf), !det && tc_ok);
+                }
     }
 }
 
@@ -295,9 +302,16 @@ static void test_lin_descs(void **state) {
                     const int n = shapes[si][0], in = shapes[si][1], out = shapes[si][2];
                     const tq_dtype dt = DTS[di];
                     tqc_lin_descs o;
-                    int rc = tqc_lin_build_desc(kind, n, in, out, dt, bias, &o, err, sizeof err);
+                    const int tf32 = (int)(si % 2);   /* half the shapes with TF32 allowed */
+                    int rc = tqc_lin_build_desc(kind, n, in, out, dt, bias, tf32, &o, err, sizeof err);
                     if (rc) print_message("%s\n", err);
                     assert_int_equal(rc, CUBLAS_STATUS_SUCCESS);
+                    /* the compute type: TF32 only for f32 data and only when allowed */
+                    const cublasComputeType_t want = dt == TQ_F32 && tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32
+                                                                          : CUBLAS_COMPUTE_32F;
+                    assert_int_equal(o.compute, want);
+                    assert_int_equal(desc_i32(o.op, CUBLASLT_MATMUL_DESC_COMPUTE_TYPE), want);
+                    assert_int_equal(desc_i32(o.op, CUBLASLT_MATMUL_DESC_SCALE_TYPE), CUDA_R_32F);
                     const cudaDataType_t t = tqc_lt_dtype(dt);
                     /* op(A) is m×k, op(B) is k×n, C/D is m×n, all column-major */
                     uint64_t ar = lay_u64(o.a, CUBLASLT_MATRIX_LAYOUT_ROWS), ac = lay_u64(o.a, CUBLASLT_MATRIX_LAYOUT_COLS);
@@ -343,13 +357,17 @@ static void test_lin_descs(void **state) {
                     assert_null(o.op);
                 }
     tqc_lin_descs o;
-    assert_int_equal(tqc_lin_build_desc(TQC_LIN_FWD, 0, 3, 4, TQ_F32, 0, &o, err, sizeof err),
+    assert_int_equal(tqc_lin_build_desc(TQC_LIN_FWD, 0, 3, 4, TQ_F32, 0, 0, &o, err, sizeof err),
                      CUBLAS_STATUS_INVALID_VALUE);
     assert_non_null(strstr(err, "linear_fwd f32 n=0 in=3 out=4"));
     assert_null(o.op);
-    assert_int_equal(tqc_lin_build_desc(TQC_LIN_BWD_DATA, 2, 3, 4, TQ_F16, 1, &o, err, sizeof err),
+    assert_int_equal(tqc_lin_build_desc(TQC_LIN_BWD_DATA, 2, 3, 4, TQ_F16, 1, 0, &o, err, sizeof err),
                      CUBLAS_STATUS_INVALID_VALUE);
     assert_int_equal(tqc_lt_dtype(TQ_BF16), CUDA_R_16BF);
+    assert_int_equal(tqc_lin_compute_type(TQ_F32, 0), CUBLAS_COMPUTE_32F);
+    assert_int_equal(tqc_lin_compute_type(TQ_F32, 1), CUBLAS_COMPUTE_32F_FAST_TF32);
+    assert_int_equal(tqc_lin_compute_type(TQ_F16, 1), CUBLAS_COMPUTE_32F);
+    assert_int_equal(tqc_lin_compute_type(TQ_BF16, 1), CUBLAS_COMPUTE_32F);
 }
 
 int main(void) {
