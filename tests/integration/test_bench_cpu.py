@@ -1,0 +1,125 @@
+"""bench/cpu on a tiny grid: the tool runs and writes a well-formed report (never a speed).
+
+With the python running the tests (Debian's python3-torch 1.13 in CI, where torch.compile does
+not exist: the compile cells must say "unavailable", not fail), cnn at batch 16, fp32 and bf16,
+6 steps, 2 interleaved rounds, everything under a temporary --out (never docs/); then one round
+of --isa avx2, whose probe must show both sides' oneDNN capped at AVX2. Skips without the
+binary (build/trainq or TRAINQ_BIN) or torch.
+"""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+BENCH = REPO / "bench" / "cpu"
+SIDES = ("trainq", "eager-nchw", "eager-cl", "compile")
+
+
+def number(v):
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and v == v and v > 0
+
+
+def run_bench(trainq, out, *args, **env):
+    e = dict(os.environ, PYTHON=sys.executable, STEPS="6", MODELS="cnn", BATCHES="16", THREADS="2", **env)
+    for k in ("ISA", "ROUNDS", "AMPS", "COMPILE", "TRAINQ", "BATCH"):
+        e.pop(k, None)
+    e.update(env)
+    r = subprocess.run([sys.executable, str(BENCH), "--trainq", trainq, "--out", str(out)] + list(args),
+                       env=e, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=240)
+    assert r.returncode == 0, "bench/cpu failed (%d):\n%s" % (r.returncode, r.stderr[-4000:])
+    return r
+
+
+@pytest.fixture(scope="module")
+def native(tmp_path_factory, trainq):
+    pytest.importorskip("torch")
+    out = tmp_path_factory.mktemp("bench-cpu")
+    r = run_bench(trainq, out, "--rounds", "2", "--amps", "off", "bf16")
+    return out, r
+
+
+def test_report_files(native):
+    out, r = native
+    md = (out / "benchmarks.md").read_text(encoding="utf-8")
+    b, e = "<!-- bench/cpu:begin -->", "<!-- bench/cpu:end -->"
+    assert md.count(b) == 1 and md.count(e) == 1 and md.index(b) < md.index(e)
+    body = md[md.index(b):md.index(e)]
+    rows = [l for l in body.splitlines() if l.startswith("| cnn | 16 |")]
+    assert len(rows) == 2 and "| fp32 |" in rows[0] and "| bf16 |" in rows[1]
+    assert "run: native" in body and "load average" in body and "perf:" in body
+    assert "AVX-512F" in body and "AMX" in body          # the CPU's extensions, yes or no
+    assert "PyTorch " in body and "trainq ÷ eager" in body
+    assert r.stdout.strip() in md                        # stdout is the section
+    data = json.loads((out / "bench-cpu.json").read_text())
+    assert data["meta"]["rounds_done"] == 2
+
+
+def test_every_cell_measured_in_every_round(native):
+    out, _ = native
+    data = json.loads((out / "bench-cpu.json").read_text())
+    m = data["meta"]
+    assert m["isa"] == "native" and m["threads"] == 2 and m["steps"] == 6
+    assert m["torch"]["torch"] and m["torch"]["torch_source"]
+    for k in ("model", "extensions", "nproc"):
+        assert k in m["cpu"]
+    assert len(m["load_before"]) == 3 and len(m["load_after"]) == 3
+    assert isinstance(m["perf"]["works"], bool)
+    assert [(c["model"], c["batch"], c["amp"]) for c in data["configs"]] == [("cnn", 16, "off"), ("cnn", 16, "bf16")]
+    for c in data["configs"]:
+        for side in SIDES:
+            runs = [r for r in c["runs"] if r["side"] == side]
+            assert sorted(r["round"] for r in runs) == [0, 1], (c["amp"], side)
+            for r in runs:
+                if side == "compile" and r.get("unavailable"):
+                    assert not m["torch"]["has_compile"]
+                    continue
+                assert number(r.get("samples_per_s")), (c["amp"], side, r)
+                if side == "compile":
+                    assert isinstance(r.get("compile_s"), (int, float)), r   # reported, never timed
+        s = c["summary"]
+        assert len(s["ratio_eager"]["per_round"]) == 2 and all(number(x) for x in s["ratio_eager"]["per_round"])
+        assert number(s["ratio_eager"]["median"])
+        if m["torch"]["has_compile"]:
+            assert all(number(x) for x in s["ratio_compile"]["per_round"])
+    # the rounds alternate: round 1 runs the cells in the reverse order of round 0
+    c0 = [(c["amp"], r["side"], r["order"]) for c in data["configs"] for r in c["runs"] if r["round"] == 0]
+    c1 = [(c["amp"], r["side"], r["order"]) for c in data["configs"] for r in c["runs"] if r["round"] == 1]
+    first0 = min(c0, key=lambda x: x[2])
+    last1 = max(c1, key=lambda x: x[2])
+    assert first0[:2] == last1[:2]
+
+
+def test_compile_unavailable_is_reported_not_failed(native):
+    out, _ = native
+    data = json.loads((out / "bench-cpu.json").read_text())
+    md = (out / "benchmarks.md").read_text(encoding="utf-8")
+    if data["meta"]["torch"]["has_compile"]:
+        pytest.skip("this PyTorch has torch.compile")
+    assert "unavailable (torch 1." in md
+    assert "failed" not in md
+
+
+def test_avx2_emulation(tmp_path, trainq):
+    pytest.importorskip("torch")
+    if "avx2" not in Path("/proc/cpuinfo").read_text():
+        pytest.skip("no AVX2 on this CPU")
+    run_bench(trainq, tmp_path, "--rounds", "1", "--amps", "off", "--isa", "avx2")
+    data = json.loads((tmp_path / "bench-cpu-avx2.json").read_text())
+    m = data["meta"]
+    assert m["isa"] == "avx2" and m["label"] == "AVX2 emulated on an AVX-512 machine"
+    assert m["isa_env"]["ONEDNN_MAX_CPU_ISA"] == "AVX2"
+    ic = m["isa_check"]
+    assert "AVX2" in ic["trainq"]["off"]["onednn_isa"], ic["trainq"]
+    assert "AVX-512" not in ic["trainq"]["off"]["onednn_isa"]
+    assert all(":avx2" in k or ":uni" in k or ":blk" in k or "ref" in k or "gemm" in k
+               for k in ic["trainq"]["off"]["onednn_kernels"]), ic["trainq"]["off"]["onednn_kernels"]
+    assert ic["trainq"]["off"]["openblas_core"] == "Haswell"
+    if ic["torch"].get("onednn_isa"):
+        assert "AVX2" in ic["torch"]["onednn_isa"] and "512" not in ic["torch"]["onednn_isa"]
+    md = (tmp_path / "benchmarks.md").read_text(encoding="utf-8")
+    assert "<!-- bench/cpu-avx2:begin -->" in md
+    assert "AVX2 emulated on an AVX-512 machine" in md
