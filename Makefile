@@ -2,6 +2,7 @@
 #   make            build build/trainq (CPU backend; CUDA backend: see CUDA= below)
 #   make test       install missing packages, build, run every test (what CI runs)
 #   make run        install missing packages, build, start the daemon in the foreground (./var)
+#   make docs       regenerate docs/spec.md and the man page docs/trainq.1 (train/spec.c's field table)
 #   make CUDA=0|1   force the CUDA backend off / on (default: on when nvcc is found)
 #   make CUDA_ARCH=sm_90   build machine code for one GPU only (fast local builds)
 
@@ -177,6 +178,22 @@ bench-cpu: deps
 clean:
 	rm -rf $(BUILD)
 
+# ---- docs: docs/spec.md and the man page docs/trainq.1 -----------------------------------------
+# Generated from docs/spec.md.in and docs/trainq.1.in plus the spec parser's field table
+# (train/spec.c: every field's type, default, range, meaning and example). tests/unit/test_spec
+# fails when the committed files differ from what this writes: edit the templates or the table,
+# then run `make docs`.
+.PHONY: docs docs-check
+$(BUILD)/gendocs: tools/gendocs.c $(LIB)
+	$(CC) $(CFLAGS) -o $@ $< $(LIB) $(LDLIBS)
+docs: $(BUILD)/gendocs
+	$(BUILD)/gendocs --markdown docs/spec.md.in docs/spec.md
+	$(BUILD)/gendocs --man docs/trainq.1.in docs/trainq.1
+docs-check: $(BUILD)/gendocs
+	$(BUILD)/gendocs --check --markdown docs/spec.md.in docs/spec.md
+	$(BUILD)/gendocs --check --man docs/trainq.1.in docs/trainq.1
+# ---- end of docs ---------------------------------------------------------------------------------
+
 -include $(LIB_OBJ:.o=.d) $(MAIN_OBJ:.o=.d)
 
 # ---- fuzzing (libFuzzer) ------------------------------------------------------------------
@@ -254,25 +271,30 @@ fuzz-corpus: $(BUILD)/fuzz/fuzz_checkpoint
 # ---- end of fuzzing ------------------------------------------------------------------------
 
 # ---- install / uninstall (systemd service) ----------------------------------------------
-#   make && sudo make install      binary, unit, config (kept if present), the trainq user
-#   sudo make uninstall            binary and unit; keeps /var/lib/trainq, the config, the user
+#   make && sudo make install      binary, unit, config (kept if present), the trainq user, the docs
+#                                  (README.md, docs/api.md, docs/spec.md) and the man page trainq(1)
+#   sudo make uninstall            binary, unit, docs, man page; keeps /var/lib/trainq, the config, the user
 #   make install DESTDIR=/tmp/pkg  staged install for packaging: no user, no systemctl
 PREFIX     ?= /usr/local
 BINDIR     ?= $(PREFIX)/bin
 UNITDIR    ?= $(PREFIX)/lib/systemd/system
 DOCDIR     ?= $(PREFIX)/share/doc/trainq
+MANDIR     ?= $(PREFIX)/share/man
 SYSCONFDIR ?= /etc
 STATEDIR   ?= /var/lib/trainq
 
 .PHONY: install uninstall
 install: $(BUILD)/trainq
-	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(UNITDIR) $(DESTDIR)$(DOCDIR) $(DESTDIR)$(SYSCONFDIR)/trainq
+	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(UNITDIR) $(DESTDIR)$(DOCDIR) $(DESTDIR)$(SYSCONFDIR)/trainq \
+	           $(DESTDIR)$(MANDIR)/man1
 	install -m 0755 $(BUILD)/trainq $(DESTDIR)$(BINDIR)/trainq
 	sed -e 's|/usr/local/bin/trainq|$(BINDIR)/trainq|' -e 's|/usr/local/share/doc/trainq|$(DOCDIR)|' \
 	    -e 's|/etc/trainq/|$(SYSCONFDIR)/trainq/|' systemd/trainq.service > $(DESTDIR)$(UNITDIR)/trainq.service
 	chmod 0644 $(DESTDIR)$(UNITDIR)/trainq.service
 	install -m 0644 README.md $(DESTDIR)$(DOCDIR)/README.md
 	@[ ! -f docs/api.md ] || install -m 0644 docs/api.md $(DESTDIR)$(DOCDIR)/api.md
+	install -m 0644 docs/spec.md $(DESTDIR)$(DOCDIR)/spec.md
+	install -m 0644 docs/trainq.1 $(DESTDIR)$(MANDIR)/man1/trainq.1
 	install -m 0644 systemd/trainq.conf.example $(DESTDIR)$(SYSCONFDIR)/trainq/trainq.conf.example
 	@if [ -e $(DESTDIR)$(SYSCONFDIR)/trainq/trainq.conf ]; then \
 	    echo "install: keeping the existing $(DESTDIR)$(SYSCONFDIR)/trainq/trainq.conf"; \
@@ -295,9 +317,32 @@ uninstall:
 	    systemctl list-unit-files trainq.service >/dev/null 2>&1; then \
 	    systemctl disable --now trainq.service 2>/dev/null || true; \
 	fi
-	rm -f $(DESTDIR)$(BINDIR)/trainq $(DESTDIR)$(UNITDIR)/trainq.service
+	rm -f $(DESTDIR)$(BINDIR)/trainq $(DESTDIR)$(UNITDIR)/trainq.service $(DESTDIR)$(MANDIR)/man1/trainq.1
 	rm -rf $(DESTDIR)$(DOCDIR)
 	@if [ -z "$(DESTDIR)" ] && [ -d /run/systemd/system ]; then systemctl daemon-reload; fi
 	@echo "uninstall: kept the data in $(STATEDIR) (trainq.db, jobs/), the config in" \
 	      "$(SYSCONFDIR)/trainq/ and the user trainq; remove them with:" \
 	      "rm -rf $(STATEDIR) $(SYSCONFDIR)/trainq && userdel trainq"
+
+# ---- verify-unit: the systemd unit exactly as `make install` writes it, before installing ----
+#   make verify-unit [PREFIX=/usr/local SYSCONFDIR=/etc]
+# Stages the install under $(BUILD)/verify-root, adds this machine's own units there (the unit
+# names multi-user.target, sysinit.target, ...) and runs
+#   SYSTEMD_UNIT_PATH=$(UNITDIR): systemd-analyze verify --root=$(BUILD)/verify-root $(UNITDIR)/trainq.service
+# (UNITDIR added to the search path, for a PREFIX whose unit directory systemd does not search)
+# which checks every key and value, and that ExecStart's binary exists (in the staged root).
+# Unknown keys and bad values are only warnings there (exit 0): any line about trainq fails.
+.PHONY: verify-unit
+verify-unit: $(BUILD)/trainq
+	@command -v systemd-analyze >/dev/null || \
+	    { echo "verify-unit: systemd-analyze is not installed (Debian package systemd)"; exit 1; }
+	@rm -rf $(BUILD)/verify-root
+	@$(MAKE) -s --no-print-directory install DESTDIR=$(abspath $(BUILD))/verify-root >/dev/null
+	@mkdir -p $(BUILD)/verify-root/usr/lib/systemd
+	@cp -a $(firstword $(wildcard /usr/lib/systemd/system /lib/systemd/system)) $(BUILD)/verify-root/usr/lib/systemd/
+	@out=$$(SYSTEMD_UNIT_PATH=$(UNITDIR): systemd-analyze verify --root=$(abspath $(BUILD))/verify-root \
+	        $(UNITDIR)/trainq.service 2>&1); rc=$$?; \
+	 [ -z "$$out" ] || echo "$$out"; \
+	 if [ $$rc -ne 0 ] || echo "$$out" | grep -q trainq; then \
+	     echo "verify-unit: systemd-analyze verify finds problems in $(UNITDIR)/trainq.service (above)"; exit 1; fi; \
+	 echo "verify-unit: systemd-analyze verify accepts $(UNITDIR)/trainq.service as installed (ExecStart=$(BINDIR)/trainq)"

@@ -40,12 +40,34 @@ static int is_file(const char *path) {
     return stat(path, &st) == 0 && S_ISREG(st.st_mode);
 }
 
+/* Appends to a message about a missing file or directory what the dataset's data_dir must
+ * hold and where the docs say more (after the path, so that a short buffer cuts the hint and
+ * not the path). Returns rc. */
+static int hint(int rc, const char *what, char *err, size_t errlen) {
+    if (!err || !errlen) return rc;
+    size_t n = strnlen(err, errlen);
+    if (n + 1 >= errlen) return rc;
+    if (!strcmp(what, "cifar10"))
+        snprintf(err + n, errlen - n, "; cifar10 reads the CIFAR-10 binary version (cifar-10-binary.tar.gz): "
+                 "data_dir must hold data_batch_1.bin … data_batch_5.bin and test_batch.bin, or the "
+                 "cifar-10-batches-bin/ directory holding them (docs/spec.md, \"Datasets\")");
+    else if (!strcmp(what, "fashion-mnist"))
+        snprintf(err + n, errlen - n, "; fashion-mnist's data_dir must hold train-images-idx3-ubyte, "
+                 "train-labels-idx1-ubyte, t10k-images-idx3-ubyte and t10k-labels-idx1-ubyte, each .gz or "
+                 "plain; Debian's dataset-fashion-mnist puts them in " FMNIST_DEFAULT_DIR " (docs/spec.md, "
+                 "\"Datasets\")");
+    return rc;
+}
+
 static int check_dir(const char *what, const char *dir, char *err, size_t errlen) {
     struct stat st;
-    if (stat(dir, &st) != 0)
-        return fail(err, errlen, TQ_EIO, "%s data_dir %s: %s", what, dir, strerror(errno));
+    if (stat(dir, &st) != 0) {
+        int e = errno;
+        fail(err, errlen, TQ_EIO, "%s data_dir %s: %s", what, dir, strerror(e));
+        return e == ENOENT || e == ENOTDIR ? hint(TQ_EIO, what, err, errlen) : TQ_EIO;
+    }
     if (!S_ISDIR(st.st_mode))
-        return fail(err, errlen, TQ_EIO, "%s data_dir %s: not a directory", what, dir);
+        return hint(fail(err, errlen, TQ_EIO, "%s data_dir %s: not a directory", what, dir), what, err, errlen);
     return TQ_OK;
 }
 
@@ -101,7 +123,8 @@ static int idx_open(idx_file *f, const char *dir, const char *base, char *err, s
         return fail(err, errlen, TQ_EINVAL, "data_dir path too long: %s", dir);
     if (!is_file(f->path)) {
         if (!is_file(plain))
-            return fail(err, errlen, TQ_EIO, "%s: %s (nor %s)", f->path, strerror(ENOENT), plain);
+            return hint(fail(err, errlen, TQ_EIO, "%s: %s (nor %s)", f->path, strerror(ENOENT), plain),
+                        "fashion-mnist", err, errlen);
         memcpy(f->path, plain, sizeof plain);
     }
     errno = 0;
@@ -313,8 +336,10 @@ static int cifar_stat(cifar_file *f, const char *dir, const char *name, int requ
     if (!join(f->path, sizeof f->path, dir, name))
         return fail(err, errlen, TQ_EINVAL, "data_dir path too long: %s", dir);
     if (stat(f->path, &st) != 0) {
-        if (errno == ENOENT && !required) return 1;
-        return fail(err, errlen, TQ_EIO, "%s: %s", f->path, strerror(errno));
+        int e = errno;
+        if (e == ENOENT && !required) return 1;
+        fail(err, errlen, TQ_EIO, "%s: %s", f->path, strerror(e));
+        return e == ENOENT ? hint(TQ_EIO, "cifar10", err, errlen) : TQ_EIO;
     }
     if (!S_ISREG(st.st_mode)) return fail(err, errlen, TQ_EIO, "%s: not a regular file", f->path);
     if (st.st_size <= 0 || st.st_size % CIFAR_REC != 0)

@@ -8,7 +8,8 @@
  *   *ds zeroed (nothing to free; tq_dataset_free on it is harmless).
  *     TQ_EINVAL  bad arguments: unknown kind, cifar10 without data_dir, a subset larger than
  *                the split (the message names train_subset / eval_subset), bad synthetic shape
- *     TQ_EIO     a missing or unreadable directory or file (the message names the path)
+ *     TQ_EIO     a missing or unreadable directory or file (the message names the path; when
+ *                it is missing, also what data_dir must hold and docs/spec.md, "Datasets")
  *     TQ_EDATA   a corrupt file: bad magic, truncated or trailing bytes, image/label counts
  *                that disagree, train/test shapes that disagree, a label >= 10, a bad gzip
  *                stream (the message names the file and what is wrong)

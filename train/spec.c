@@ -1,4 +1,4 @@
-/* spec.c — parse, validate and render the job spec (CONTRACT.md, "Job spec"). See spec.h.
+/* spec.c — parse, validate, render and document the job spec (docs/spec.md). See spec.h.
  *
  * Parsing walks the document's members in order, so the first bad field in the text is the one
  * reported; cross-field rules (steps with epochs, cifar10 without data_dir, synthetic with
@@ -22,7 +22,15 @@
  * Strings are valid UTF-8 without control characters (train/utf8.h), within their byte limits;
  * integers are numbers whose text is exactly an integer in range (1e-400 is not 0, 1.5 and
  * 9007199254740993 are not integers); every count and rate has an upper bound (the *_MAX below,
- * docs/api.md "Job spec ranges"). */
+ * docs/spec.md, generated from the documentation table at the end of this file).
+ *
+ * Documentation. The field table at the end (doc_fields) gives every field its type, default,
+ * range, meaning and example; bounds are the *_MAX below and the parser's range constants, and
+ * enum values the name arrays the parser looks up, so docs/spec.md and trainq(1) (`make docs`)
+ * cannot drift from what is accepted. tests/unit/test_spec.c parses every example and both
+ * bounds of every field, and checks that the table covers exactly the parser's member lists
+ * (root_names and the nested *_fields), which are also what an unknown field's "did you mean"
+ * is chosen from. */
 #include "spec.h"
 #include "utf8.h"
 
@@ -39,6 +47,8 @@
 #define FMNIST_DIR "/usr/share/datasets/fashion-mnist"
 #define INT_MAX_JSON 9007199254740992LL   /* 2^53: the largest integer a JSON double holds exactly */
 #define NAME_MAX_LEN 128
+#define PATH_LEN_MAX 1023            /* data_dir, init_from: TQ_PATH_MAX - 1 bytes */
+_Static_assert(PATH_LEN_MAX == TQ_PATH_MAX - 1, "a path and its NUL fill TQ_PATH_MAX");
 #define BATCH_MAX 65536
 #define ACCUM_MAX 1024
 #define EFFECTIVE_BATCH_MAX ((int64_t)BATCH_MAX * ACCUM_MAX)
@@ -48,6 +58,14 @@
 #define SUBSET_MAX 10000000          /* train_subset, eval_subset */
 #define TIMEOUT_MAX 31536000         /* timeout_s: 365 days */
 #define LR_MAX 10.0
+#define MAX_MEMORY_MB_MAX (1LL << 30)
+#define PRIORITY_MAX 100             /* priority: -PRIORITY_MAX..PRIORITY_MAX */
+#define THREADS_MAX 256
+#define PRUNE_MAX 0.95
+#define SYNTH_COUNT_MAX 10000000     /* synthetic.train, synthetic.test */
+#define SYNTH_SIDE_MAX 4096          /* synthetic.height, synthetic.width */
+#define SYNTH_CHANNELS_MAX 3         /* synthetic.channels (the dataset keeps 3 channel means) */
+#define DEVICE_INDEX_MAX 255         /* cuda:N */
 /* A private bit in a cJSON number's type (cJSON's own use the low 10 bits, and cJSON_IsNumber
  * masks them): the number's text is not exactly an integer, though its double may be one
  * ("1.0000000000000001", "9007199254740993"). Set by scan_tree, read by get_int. */
@@ -60,6 +78,14 @@ static const char *const dataset_names[] = { "fashion-mnist", "cifar10", "synthe
 static const char *const amp_names[] = { "off", "fp16", "bf16" };
 static const char *const opt_names[] = { "sgd", "adamw" };
 static const char *const sched_names[] = { "constant", "cosine", "step", "onecycle" };
+/* the members of the nested objects (the root's are root_names, below) */
+static const char *const optimizer_fields[] = { "type", "lr", "momentum", "nesterov", "betas", "eps",
+                                                "weight_decay" };
+static const char *const lr_schedule_fields[] = { "type", "warmup_steps", "step_size", "gamma" };
+static const char *const loss_scale_fields[] = { "init", "growth_factor", "backoff_factor",
+                                                 "growth_interval" };
+static const char *const prune_fields[] = { "amount" };
+static const char *const synthetic_fields[] = { "train", "test", "height", "width", "channels" };
 #define COUNT(a) ((int)(sizeof(a) / sizeof((a)[0])))
 
 const char *tq_model_name(tq_model_kind k) {
@@ -323,13 +349,62 @@ static int check_object(tq_spec_err *e, const char *field, const cJSON *v) {
     return fail(e, field, "%s must be an object (got %s)", field, describe(v, got, sizeof got));
 }
 
-static int fail_unknown(tq_spec_err *e, const char *parent, const char *key) {
+/* The optimal-string-alignment distance (Levenshtein plus adjacent transpositions, each edit
+ * costing 1) between a and b, ASCII letters compared without case; both at most 64 bytes. */
+static int edit_distance(const char *a, const char *b) {
+    enum { L = 64 };
+    int la = (int)strlen(a), lb = (int)strlen(b);
+    if (la > L || lb > L) return L + 1;
+    int d[L + 1][L + 1];
+    char x[L + 1], y[L + 1];
+    for (int i = 0; i < la; i++) x[i] = (char)(a[i] >= 'A' && a[i] <= 'Z' ? a[i] + 32 : a[i]);
+    for (int j = 0; j < lb; j++) y[j] = (char)(b[j] >= 'A' && b[j] <= 'Z' ? b[j] + 32 : b[j]);
+    for (int i = 0; i <= la; i++) d[i][0] = i;
+    for (int j = 0; j <= lb; j++) d[0][j] = j;
+    for (int i = 1; i <= la; i++)
+        for (int j = 1; j <= lb; j++) {
+            int best = d[i - 1][j - 1] + (x[i - 1] != y[j - 1]);
+            if (d[i - 1][j] + 1 < best) best = d[i - 1][j] + 1;
+            if (d[i][j - 1] + 1 < best) best = d[i][j - 1] + 1;
+            if (i > 1 && j > 1 && x[i - 1] == y[j - 2] && x[i - 2] == y[j - 1] && d[i - 2][j - 2] + 1 < best)
+                best = d[i - 2][j - 2] + 1;
+            d[i][j] = best;
+        }
+    return d[la][lb];
+}
+
+/* The known name nearest to an unknown key, or NULL when none is close: at most 2 edits, and at
+ * most a third of the key's length (at least 1), so "lr" never turns into "eps". The first
+ * of equally near names wins (the lists are in the docs' order). */
+static const char *nearest_name(const char *key, const char *const *names, int n) {
+    size_t len = strlen(key);
+    if (len == 0 || len > 64) return NULL;
+    int limit = (int)(len / 3);
+    if (limit < 1) limit = 1;
+    if (limit > 2) limit = 2;
+    const char *best = NULL;
+    int best_d = limit + 1;
+    for (int i = 0; i < n; i++) {
+        int dist = edit_distance(key, names[i]);
+        if (dist < best_d) { best_d = dist; best = names[i]; }
+    }
+    return best;
+}
+
+/* "unknown field", with the nearest of names[0..n) (the members of the same object) when one
+ * is close: (did you mean "parent.name"?). */
+static int fail_unknown(tq_spec_err *e, const char *parent, const char *key, const char *const *names,
+                        int n) {
     char f[64], k[72];
     /* the key as valid UTF-8 (bad bytes as U+FFFD, controls as \xNN), cut on a character */
     tq_utf8_sanitize_to(k, sizeof k, key, strnlen(key, 64), 1);
     if (parent) dotted(f, sizeof f, parent, k);
     else snprintf(f, sizeof f, "%.63s", k);   /* fail() mends a character cut here */
     const char *more = strlen(key) > 64 ? "..." : "";
+    const char *near = nearest_name(key, names, n);
+    if (near)
+        return fail(e, f, "unknown field \"%s%s%s%s\" (did you mean \"%s%s%s\"?)", parent ? parent : "",
+                    parent ? "." : "", k, more, parent ? parent : "", parent ? "." : "", near);
     return fail(e, f, "unknown field \"%s%s%s%s\"", parent ? parent : "", parent ? "." : "",
                 k, more);
 }
@@ -459,11 +534,28 @@ lost:
 
 /* ---- nested objects ------------------------------------------------------------------- */
 
-static const range R_UNIT_HALFOPEN = { 0, 1, 0, 1 };   /* [0, 1) */
-static const range R_LR = { 0, LR_MAX, 1, 0 };         /* (0, 10] */
-static const range R_WEIGHT_DECAY = { 0, 1, 0, 0 };    /* [0, 1] */
-static const range R_EPS = { 0, 1, 1, 0 };             /* (0, 1] */
-static const range R_GAMMA = { 0, 1, 1, 0 };           /* (0, 1] */
+/* The ranges of the number fields, as macros so that the documentation table (a static
+ * initializer) takes the same numbers: lo, hi, lo_open, hi_open. */
+#define RANGE_UNIT_HALFOPEN 0, 1, 0, 1      /* [0, 1): momentum, betas */
+#define RANGE_LR 0, LR_MAX, 1, 0            /* (0, 10] */
+#define RANGE_WEIGHT_DECAY 0, 1, 0, 0       /* [0, 1] */
+#define RANGE_EPS 0, 1, 1, 0                /* (0, 1] */
+#define RANGE_GAMMA 0, 1, 1, 0              /* (0, 1] */
+#define RANGE_EPOCHS 0, EPOCHS_MAX, 1, 0    /* (0, 100000] */
+#define RANGE_SCALE_INIT 0, FLT_MAX, 1, 0   /* (0, the largest fp32]: the scale is kept in fp32 */
+#define RANGE_GROWTH 1, 16, 1, 0            /* (1, 16] */
+#define RANGE_BACKOFF 0, 1, 1, 1            /* (0, 1) */
+#define RANGE_PRUNE 0, PRUNE_MAX, 0, 0      /* [0, 0.95] */
+static const range R_UNIT_HALFOPEN = { RANGE_UNIT_HALFOPEN };
+static const range R_LR = { RANGE_LR };
+static const range R_WEIGHT_DECAY = { RANGE_WEIGHT_DECAY };
+static const range R_EPS = { RANGE_EPS };
+static const range R_GAMMA = { RANGE_GAMMA };
+static const range R_EPOCHS = { RANGE_EPOCHS };
+static const range R_SCALE_INIT = { RANGE_SCALE_INIT };
+static const range R_GROWTH = { RANGE_GROWTH };
+static const range R_BACKOFF = { RANGE_BACKOFF };
+static const range R_PRUNE = { RANGE_PRUNE };
 
 static const cJSON *member(const cJSON *obj, const char *key) {
     for (const cJSON *c = obj->child; c; c = c->next)
@@ -485,9 +577,8 @@ static int parse_optimizer(tq_spec *s, const cJSON *o, tq_spec_err *e) {
         dotted(f, sizeof f, "optimizer", k);
         int is_sgd_key = !strcmp(k, "momentum") || !strcmp(k, "nesterov");
         int is_adamw_key = !strcmp(k, "betas") || !strcmp(k, "eps");
-        int known = !strcmp(k, "type") || !strcmp(k, "lr") || !strcmp(k, "weight_decay") ||
-                    is_sgd_key || is_adamw_key;
-        if (!known) return fail_unknown(e, "optimizer", k);
+        if (lookup(optimizer_fields, COUNT(optimizer_fields), k) < 0)
+            return fail_unknown(e, "optimizer", k, optimizer_fields, COUNT(optimizer_fields));
         if (duplicate_key(o, c)) return fail_duplicate(e, "optimizer", k);
         if ((is_sgd_key && type != TQ_OPT_SGD) || (is_adamw_key && type != TQ_OPT_ADAMW))
             return fail(e, f, "%s is not a field of the %s optimizer (%s takes %s)", f,
@@ -553,8 +644,8 @@ static int parse_lr_schedule(tq_spec *s, const cJSON *o, tq_spec_err *e) {
         char f[64];
         dotted(f, sizeof f, "lr_schedule", k);
         int step_key = !strcmp(k, "step_size") || !strcmp(k, "gamma");
-        if (!step_key && strcmp(k, "type") && strcmp(k, "warmup_steps"))
-            return fail_unknown(e, "lr_schedule", k);
+        if (lookup(lr_schedule_fields, COUNT(lr_schedule_fields), k) < 0)
+            return fail_unknown(e, "lr_schedule", k, lr_schedule_fields, COUNT(lr_schedule_fields));
         if (duplicate_key(o, c)) return fail_duplicate(e, "lr_schedule", k);
         if (step_key && type != TQ_SCHED_STEP)
             return fail(e, f, "%s applies only to the \"step\" schedule (this one is \"%s\")", f,
@@ -575,15 +666,17 @@ static int parse_loss_scale(tq_spec *s, const cJSON *o, tq_spec_err *e) {
         char f[64];
         dotted(f, sizeof f, "loss_scale", k);
         int rc;
+        if (lookup(loss_scale_fields, COUNT(loss_scale_fields), k) < 0)
+            return fail_unknown(e, "loss_scale", k, loss_scale_fields, COUNT(loss_scale_fields));
         if (duplicate_key(o, c)) return fail_duplicate(e, "loss_scale", k);
-        if (!strcmp(k, "init")) rc = get_num(e, f, c, (range){ 0, FLT_MAX, 1, 0 }, &s->loss_scale.init);
+        if (!strcmp(k, "init")) rc = get_num(e, f, c, R_SCALE_INIT, &s->loss_scale.init);
         else if (!strcmp(k, "growth_factor"))
-            rc = get_num(e, f, c, (range){ 1, 16, 1, 0 }, &s->loss_scale.growth_factor);
+            rc = get_num(e, f, c, R_GROWTH, &s->loss_scale.growth_factor);
         else if (!strcmp(k, "backoff_factor"))
-            rc = get_num(e, f, c, (range){ 0, 1, 1, 1 }, &s->loss_scale.backoff_factor);
+            rc = get_num(e, f, c, R_BACKOFF, &s->loss_scale.backoff_factor);
         else if (!strcmp(k, "growth_interval"))
             rc = get_int32(e, f, c, 1, STEPS_MAX, &s->loss_scale.growth_interval);
-        else return fail_unknown(e, "loss_scale", k);
+        else return fail(e, f, "internal error: unhandled field %s", f);
         if (rc) return rc;
     }
     return TQ_SPEC_OK;
@@ -593,17 +686,18 @@ static int parse_prune(tq_spec *s, const cJSON *o, tq_spec_err *e) {
     if (cJSON_IsNull(o)) { s->prune_amount = -1; return TQ_SPEC_OK; }
     if (!cJSON_IsObject(o)) {
         char got[96];
-        return fail(e, "prune", "prune must be an object {\"amount\": 0..0.95} or null (got %s)",
-                    describe(o, got, sizeof got));
+        return fail(e, "prune", "prune must be an object {\"amount\": 0..%g} or null (got %s)",
+                    PRUNE_MAX, describe(o, got, sizeof got));
     }
     const cJSON *a = NULL;
     for (const cJSON *c = o->child; c; c = c->next) {
-        if (strcmp(c->string, "amount")) return fail_unknown(e, "prune", c->string);
+        if (lookup(prune_fields, COUNT(prune_fields), c->string) < 0)
+            return fail_unknown(e, "prune", c->string, prune_fields, COUNT(prune_fields));
         if (duplicate_key(o, c)) return fail_duplicate(e, "prune", c->string);
         a = c;
     }
-    if (!a) return fail(e, "prune.amount", "prune.amount is required (a number in [0, 0.95])");
-    return get_num(e, "prune.amount", a, (range){ 0, 0.95, 0, 0 }, &s->prune_amount);
+    if (!a) return fail(e, "prune.amount", "prune.amount is required (a number in [0, %g])", PRUNE_MAX);
+    return get_num(e, "prune.amount", a, R_PRUNE, &s->prune_amount);
 }
 
 static int parse_synthetic(tq_spec *s, const cJSON *o, tq_spec_err *e) {
@@ -613,13 +707,14 @@ static int parse_synthetic(tq_spec *s, const cJSON *o, tq_spec_err *e) {
         char f[64];
         dotted(f, sizeof f, "synthetic", k);
         int rc;
+        if (lookup(synthetic_fields, COUNT(synthetic_fields), k) < 0)
+            return fail_unknown(e, "synthetic", k, synthetic_fields, COUNT(synthetic_fields));
         if (duplicate_key(o, c)) return fail_duplicate(e, "synthetic", k);
-        if (!strcmp(k, "train")) rc = get_int(e, f, c, 1, 10000000, &s->synthetic.train);
-        else if (!strcmp(k, "test")) rc = get_int(e, f, c, 1, 10000000, &s->synthetic.test);
-        else if (!strcmp(k, "height")) rc = get_int32(e, f, c, 1, 4096, &s->synthetic.h);
-        else if (!strcmp(k, "width")) rc = get_int32(e, f, c, 1, 4096, &s->synthetic.w);
-        else if (!strcmp(k, "channels")) rc = get_int32(e, f, c, 1, 64, &s->synthetic.c);
-        else return fail_unknown(e, "synthetic", k);
+        if (!strcmp(k, "train")) rc = get_int(e, f, c, 1, SYNTH_COUNT_MAX, &s->synthetic.train);
+        else if (!strcmp(k, "test")) rc = get_int(e, f, c, 1, SYNTH_COUNT_MAX, &s->synthetic.test);
+        else if (!strcmp(k, "height")) rc = get_int32(e, f, c, 1, SYNTH_SIDE_MAX, &s->synthetic.h);
+        else if (!strcmp(k, "width")) rc = get_int32(e, f, c, 1, SYNTH_SIDE_MAX, &s->synthetic.w);
+        else rc = get_int32(e, f, c, 1, SYNTH_CHANNELS_MAX, &s->synthetic.c);
         if (rc) return rc;
     }
     return TQ_SPEC_OK;
@@ -633,7 +728,7 @@ static int parse_device(tq_spec *s, const cJSON *v, tq_spec_err *e) {
             const char *n = d + 5;
             size_t len = strlen(n);
             ok = len >= 1 && len <= 3 && strspn(n, "0123456789") == len &&
-                 (len == 1 || n[0] != '0') && atoi(n) <= 255;
+                 (len == 1 || n[0] != '0') && atoi(n) <= DEVICE_INDEX_MAX;
         }
         if (ok) {
             memset(s->device, 0, sizeof s->device);
@@ -642,8 +737,8 @@ static int parse_device(tq_spec *s, const cJSON *v, tq_spec_err *e) {
         }
     }
     char got[96];
-    return fail(e, "device", "device must be \"auto\", \"cpu\", \"cuda\" or \"cuda:N\" (N in 0..255) (got %s)",
-                describe(v, got, sizeof got));
+    return fail(e, "device", "device must be \"auto\", \"cpu\", \"cuda\" or \"cuda:N\" (N in 0..%d) (got %s)",
+                DEVICE_INDEX_MAX, describe(v, got, sizeof got));
 }
 
 /* "after": [job ids]: distinct integers >= 1, at most TQ_AFTER_MAX; null or [] for none */
@@ -710,7 +805,7 @@ static int parse_member(tq_spec *s, int f, const cJSON *v, tq_spec_err *e) {
         return TQ_SPEC_OK;
     case F_data_dir:
         if (cJSON_IsNull(v)) { memset(s->data_dir, 0, sizeof s->data_dir); return TQ_SPEC_OK; }
-        return get_str(e, fn, v, TQ_PATH_MAX - 1, 0, s->data_dir, sizeof s->data_dir);
+        return get_str(e, fn, v, PATH_LEN_MAX, 0, s->data_dir, sizeof s->data_dir);
     case F_batch_size:
         if (cJSON_IsString(v) && !strcmp(v->valuestring, "auto")) {
             s->batch_auto = 1;
@@ -733,7 +828,7 @@ static int parse_member(tq_spec *s, int f, const cJSON *v, tq_spec_err *e) {
         return fail(e, fn, "amp must be false, true, \"off\", \"fp16\" or \"bf16\" (got %s)",
                     describe(v, got, sizeof got));
     case F_steps: return get_int(e, fn, v, 1, STEPS_MAX, &s->steps);
-    case F_epochs: return get_num(e, fn, v, (range){ 0, EPOCHS_MAX, 1, 0 }, &s->epochs);
+    case F_epochs: return get_num(e, fn, v, R_EPOCHS, &s->epochs);
     case F_optimizer: return parse_optimizer(s, v, e);
     case F_lr_schedule: return parse_lr_schedule(s, v, e);
     case F_loss_scale: return parse_loss_scale(s, v, e);
@@ -755,12 +850,12 @@ static int parse_member(tq_spec *s, int f, const cJSON *v, tq_spec_err *e) {
     case F_checkpoint_every: return get_int(e, fn, v, 1, STEPS_MAX, &s->checkpoint_every);
     case F_init_from:
         if (cJSON_IsNull(v)) { memset(s->init_from, 0, sizeof s->init_from); return TQ_SPEC_OK; }
-        return get_str(e, fn, v, TQ_PATH_MAX - 1, 0, s->init_from, sizeof s->init_from);
+        return get_str(e, fn, v, PATH_LEN_MAX, 0, s->init_from, sizeof s->init_from);
     case F_device: return parse_device(s, v, e);
     case F_max_memory_mb:
         if (cJSON_IsNull(v)) { s->max_memory_mb = 0; return TQ_SPEC_OK; }
-        return get_int(e, fn, v, 1, 1LL << 30, &s->max_memory_mb);
-    case F_priority: return get_int32(e, fn, v, -100, 100, &s->priority);
+        return get_int(e, fn, v, 1, MAX_MEMORY_MB_MAX, &s->max_memory_mb);
+    case F_priority: return get_int32(e, fn, v, -PRIORITY_MAX, PRIORITY_MAX, &s->priority);
     case F_submission_id:
         if (cJSON_IsNull(v)) { memset(s->submission_id, 0, sizeof s->submission_id); return TQ_SPEC_OK; }
         return get_str(e, fn, v, NAME_MAX_LEN, 0, s->submission_id, sizeof s->submission_id);
@@ -776,7 +871,7 @@ static int parse_member(tq_spec *s, int f, const cJSON *v, tq_spec_err *e) {
         if (cJSON_IsString(v) && !strcmp(v->valuestring, "int8")) { s->quantize_int8 = 1; return TQ_SPEC_OK; }
         return fail(e, fn, "quantize must be \"int8\" or null (got %s)", describe(v, got, sizeof got));
     case F_synthetic: return parse_synthetic(s, v, e);
-    case F_threads: return get_int32(e, fn, v, 0, 256, &s->threads);
+    case F_threads: return get_int32(e, fn, v, 0, THREADS_MAX, &s->threads);
     case F_tf32:
         if (cJSON_IsBool(v)) { s->tf32 = cJSON_IsTrue(v) ? TQ_TF32_ALL : TQ_TF32_OFF; return TQ_SPEC_OK; }
         if (cJSON_IsString(v) && !strcmp(v->valuestring, "conv")) { s->tf32 = TQ_TF32_CONV; return TQ_SPEC_OK; }
@@ -898,7 +993,7 @@ int tq_spec_parse(tq_spec *s, const char *json, tq_spec_err *err) {
     if ((rc = scan_tree(root, "", &sc, 0, e))) goto done;
     for (const cJSON *c = root->child; c; c = c->next) {
         int f = lookup(root_names, F_COUNT, c->string);
-        if (f < 0) { rc = fail_unknown(e, NULL, c->string); goto done; }
+        if (f < 0) { rc = fail_unknown(e, NULL, c->string, root_names, F_COUNT); goto done; }
         if (given & (1ull << f)) { rc = fail_duplicate(e, NULL, c->string); goto done; }
         given |= 1ull << f;
         if ((rc = parse_member(s, f, c, e))) goto done;
@@ -913,7 +1008,9 @@ int tq_spec_parse(tq_spec *s, const char *json, tq_spec_err *err) {
     if ((rc = batch_rules(s, GIVEN(batch_size), GIVEN(accum_steps), GIVEN(effective_batch), e))) goto done;
     if (!GIVEN(data_dir) || !s->data_dir[0]) {
         if (s->dataset == TQ_DATA_CIFAR10) {
-            rc = fail(e, "data_dir", "data_dir is required for dataset cifar10");
+            rc = fail(e, "data_dir", "data_dir is required for dataset cifar10: the directory of the CIFAR-10 "
+                      "binary version, data_batch_1.bin … data_batch_5.bin and test_batch.bin (docs/spec.md, "
+                      "\"Datasets\")");
             goto done;
         }
         memset(s->data_dir, 0, sizeof s->data_dir);
@@ -1068,4 +1165,607 @@ char *tq_spec_to_json(const tq_spec *s) {
     char *text = b.ok ? cJSON_PrintUnformatted(r) : NULL;
     cJSON_Delete(r);
     return text;
+}
+
+/* ---- documentation: docs/spec.md and trainq(1) (`make docs`), from the parser's limits ----- */
+
+const char *const *tq_spec_field_names(const char *parent, int *n) {
+    static const struct { const char *parent; const char *const *names; int n; } nested[] = {
+        { "optimizer", optimizer_fields, COUNT(optimizer_fields) },
+        { "lr_schedule", lr_schedule_fields, COUNT(lr_schedule_fields) },
+        { "loss_scale", loss_scale_fields, COUNT(loss_scale_fields) },
+        { "prune", prune_fields, COUNT(prune_fields) },
+        { "synthetic", synthetic_fields, COUNT(synthetic_fields) },
+    };
+    int dummy;
+    if (!n) n = &dummy;
+    if (!parent || !parent[0]) { *n = F_COUNT; return root_names; }
+    for (int i = 0; i < COUNT(nested); i++)
+        if (!strcmp(nested[i].parent, parent)) { *n = nested[i].n; return nested[i].names; }
+    *n = 0;
+    return NULL;
+}
+
+#define STR_(x) #x
+#define XSTR(x) STR_(x)
+#define D_INT(lo_, hi_) .bounds = TQ_DOC_INT, .lo = (double)(lo_), .hi = (double)(hi_)
+#define D_NUM_(a, b, c, d) .bounds = TQ_DOC_NUM, .lo = (a), .hi = (b), .lo_open = (c), .hi_open = (d)
+#define D_NUM(r) D_NUM_(r)
+#define D_ENUM(names) .values = (names), .n_values = COUNT(names)
+
+/* Texts may hold `code` spans (Markdown as is; bold in roff) and these non-ASCII characters,
+ * which the roff renderer maps: … × ≤ ≥ − – — ⌊ ⌋ → (anything else fails the unit test). */
+static const tq_spec_doc_field doc_fields[] = {
+    { .name = "name", .type = "string", .def = "`\"\"`", .def_json = "\"\"",
+      .range = "at most " XSTR(NAME_MAX_LEN) " bytes of UTF-8 without control characters",
+      .meaning = "A label for people: `trainq ls`, `trainq show`, the dashboard and the job object show it. "
+                 "It need not be unique.",
+      .example = "\"resnet20-fp16\"" },
+    { .name = "model", .type = "string", .def = "`\"cnn\"`", .def_json = "\"cnn\"", D_ENUM(model_names),
+      .meaning = "The network. `mlp`: three linear layers (512, 256, 10 units); `cnn`: two 3×3 convolutions "
+                 "(32 and 64 channels) with max-pooling, then two linear layers; `resnet20`: the CIFAR ResNet "
+                 "(3 stages of 3 basic blocks, widths 16/32/64); `resnet18`, `resnet50`: torchvision's "
+                 "architectures for small images (3×3 stem, no max-pool). Weights carry PyTorch's names and "
+                 "layouts, so `load_state_dict(strict=True)` takes them.",
+      .example = "\"resnet20\"" },
+    { .name = "dataset", .type = "string", .def = "`\"fashion-mnist\"`", .def_json = "\"fashion-mnist\"",
+      D_ENUM(dataset_names),
+      .meaning = "What to train and evaluate on: Fashion-MNIST (28×28 grey images, 60000 training and 10000 "
+                 "test), CIFAR-10 (32×32 colour, 50000 and 10000; needs `data_dir`) or a seeded synthetic set "
+                 "shaped by `synthetic`. Where the files come from: Datasets.",
+      .example = "\"synthetic\"" },
+    { .name = "data_dir", .type = "string or null",
+      .def = "`\"" FMNIST_DIR "\"` for fashion-mnist (Debian's dataset-fashion-mnist); none for synthetic; "
+             "cifar10 requires it",
+      .def_json = "\"" FMNIST_DIR "\"",
+      .range = "a path of at most " XSTR(PATH_LEN_MAX) " bytes",
+      .meaning = "The directory holding the dataset's files (Datasets says which). The daemon checks at "
+                 "submission that the submitting user may read it, and that the files are there (400 "
+                 "`data_not_found` otherwise).",
+      .example = "\"/srv/datasets/cifar10\"", .with_root = "\"dataset\": \"cifar10\"" },
+    { .name = "batch_size", .type = "integer or `\"auto\"`", .def = "`32`", .def_json = "32",
+      D_INT(1, BATCH_MAX), .range = "or `\"auto\"` (with `effective_batch`)",
+      .meaning = "The micro-batch: samples per forward and backward pass. `\"auto\"` lets trainq choose the "
+                 "largest micro-batch that divides `effective_batch` and whose memory plan fits (the batch "
+                 "rules below).",
+      .example = "64" },
+    { .name = "accum_steps", .type = "integer", .def = "`1`", .def_json = "1", D_INT(1, ACCUM_MAX),
+      .meaning = "Micro-batches whose gradients are accumulated into one optimizer step: the effective batch "
+                 "is `batch_size` × `accum_steps`. Each micro-batch's loss is divided by `accum_steps`, as in "
+                 "PyTorch.",
+      .example = "4" },
+    { .name = "effective_batch", .type = "integer", .def = "none: `batch_size` × `accum_steps`",
+      D_INT(1, EFFECTIVE_BATCH_MAX),
+      .meaning = "Samples per optimizer step. With an integer `batch_size` it must be a multiple of it, and "
+                 "`accum_steps` becomes `effective_batch` / `batch_size`; `\"batch_size\": \"auto\"` requires "
+                 "it, and trainq chooses the split.",
+      .example = "256", .with_root = "\"batch_size\": \"auto\"" },
+    { .name = "amp", .type = "boolean or string", .def = "`false` (shown as `\"off\"`)", .def_json = "\"off\"",
+      D_ENUM(amp_names), .range = "(`false` means `\"off\"`, `true` means `\"fp16\"`)",
+      .meaning = "Mixed precision. `\"fp16\"`: forward and backward in half precision with dynamic loss "
+                 "scaling (`loss_scale`); `\"bf16\"`: in bfloat16, no scaling needed. Weights and optimizer "
+                 "state stay fp32. bf16 is the fast one on the CPU, fp16 and bf16 on a GPU.",
+      .example = "\"bf16\"" },
+    { .name = "steps", .type = "integer", .def = "none (`epochs` applies)", D_INT(1, STEPS_MAX),
+      .meaning = "Optimizer steps to train for. Give `steps` or `epochs`, not both.",
+      .example = "1000" },
+    { .name = "epochs", .type = "number", .def = "`1` when `steps` is not given", .def_json = "1",
+      D_NUM(RANGE_EPOCHS),
+      .meaning = "Passes over the training set: the job trains round(`epochs` × steps per epoch) optimizer "
+                 "steps (at least 1), so a fraction trains part of the last pass.",
+      .example = "30" },
+    { .name = "optimizer", .type = "object",
+      .def = "`{\"type\": \"sgd\", \"lr\": 0.05, \"momentum\": 0.9, \"nesterov\": true, \"weight_decay\": 0.0005}`",
+      .meaning = "The optimizer and its hyper-parameters (the `optimizer.*` fields below). Its members depend "
+                 "on its `type`, and the defaults of those left out are the type's.",
+      .example = "{\"type\": \"adamw\", \"lr\": 0.001}" },
+    { .name = "optimizer.type", .type = "string", .def = "`\"sgd\"`", .def_json = "\"sgd\"", D_ENUM(opt_names),
+      .meaning = "`sgd` as `torch.optim.SGD` (takes `lr`, `momentum`, `nesterov`, `weight_decay`); `adamw` as "
+                 "`torch.optim.AdamW` (takes `lr`, `betas`, `eps`, `weight_decay`).",
+      .example = "\"adamw\"" },
+    { .name = "optimizer.lr", .type = "number", .def = "`0.05` (sgd), `0.001` (adamw)", .def_json = "0.05",
+      D_NUM(RANGE_LR),
+      .meaning = "The learning rate: the peak of the `lr_schedule`.",
+      .example = "0.1" },
+    { .name = "optimizer.momentum", .type = "number", .def = "`0.9`", .def_json = "0.9",
+      D_NUM(RANGE_UNIT_HALFOPEN), .range = "(sgd only)",
+      .meaning = "SGD momentum: `buf = momentum·buf + g`. 0 turns momentum (and the default Nesterov) off.",
+      .example = "0.8" },
+    { .name = "optimizer.nesterov", .type = "boolean", .def = "`true` (`false` when `momentum` is 0)",
+      .def_json = "true", .range = "(sgd only; `true` requires `momentum` > 0)",
+      .meaning = "Nesterov momentum: the step uses `g + momentum·buf` instead of `buf`.",
+      .example = "false" },
+    { .name = "optimizer.betas", .type = "array of two numbers", .def = "`[0.9, 0.999]`",
+      .def_json = "[0.9, 0.999]",
+      .range = "each in [0, 1) (adamw only)",
+      .meaning = "AdamW's decay rates of the first and second moment estimates.",
+      .example = "[0.9, 0.95]", .with = "\"type\": \"adamw\"" },
+    { .name = "optimizer.eps", .type = "number", .def = "`1e-8`", .def_json = "1e-8", D_NUM(RANGE_EPS),
+      .range = "(adamw only)",
+      .meaning = "AdamW's term added to the denominator for numerical stability.",
+      .example = "1e-6", .with = "\"type\": \"adamw\"" },
+    { .name = "optimizer.weight_decay", .type = "number", .def = "`0.0005` (sgd), `0.01` (adamw)",
+      .def_json = "0.0005", D_NUM(RANGE_WEIGHT_DECAY),
+      .meaning = "SGD adds `weight_decay`·w to every parameter's gradient (L2); AdamW decays the weights "
+                 "directly, decoupled from the gradient. Biases and batch-norm parameters included, as "
+                 "PyTorch does without parameter groups.",
+      .example = "0.0001" },
+    { .name = "lr_schedule", .type = "object", .def = "`{\"type\": \"constant\", \"warmup_steps\": 0}`",
+      .meaning = "How the learning rate changes over the job's steps (the `lr_schedule.*` fields below).",
+      .example = "{\"type\": \"cosine\", \"warmup_steps\": 100}" },
+    { .name = "lr_schedule.type", .type = "string", .def = "`\"constant\"`", .def_json = "\"constant\"",
+      D_ENUM(sched_names),
+      .meaning = "After the warm-up: `constant` keeps `lr`; `cosine` anneals it towards 0 over the remaining steps; `step` "
+                 "multiplies it by `gamma` every `step_size` steps; `onecycle` follows "
+                 "`torch.optim.lr_scheduler.OneCycleLR`'s defaults (from `lr`/25 up to `lr` over the first 30% "
+                 "of the steps, then down to `lr`/25/10000, cosine).",
+      .example = "\"cosine\"" },
+    { .name = "lr_schedule.warmup_steps", .type = "integer", .def = "`0`", .def_json = "0", D_INT(0, STEPS_MAX),
+      .meaning = "Steps of linear warm-up before the schedule starts: step s (from 0) uses `lr`·(s+1)/"
+                 "`warmup_steps`.",
+      .example = "500" },
+    { .name = "lr_schedule.step_size", .type = "integer", .def = "`1000`", .def_json = "1000",
+      D_INT(1, STEPS_MAX),
+      .range = "(`step` only)",
+      .meaning = "Steps between two decays of the `step` schedule.",
+      .example = "2000", .with = "\"type\": \"step\"" },
+    { .name = "lr_schedule.gamma", .type = "number", .def = "`0.1`", .def_json = "0.1", D_NUM(RANGE_GAMMA),
+      .range = "(`step` only)",
+      .meaning = "The factor of each decay of the `step` schedule.",
+      .example = "0.5", .with = "\"type\": \"step\"" },
+    { .name = "loss_scale", .type = "object",
+      .def = "`{\"init\": 65536, \"growth_factor\": 2, \"backoff_factor\": 0.5, \"growth_interval\": 2000}`",
+      .meaning = "The dynamic loss scaling of `\"amp\": \"fp16\"`, as `torch.amp.GradScaler` (ignored "
+                 "otherwise): the loss is multiplied by the scale before the backward pass; a step whose "
+                 "gradients overflow is skipped and the scale backs off.",
+      .example = "{\"init\": 1024}" },
+    { .name = "loss_scale.init", .type = "number", .def = "`65536`", .def_json = "65536", D_NUM(RANGE_SCALE_INIT),
+      .range = "(the largest fp32 number: the scale is kept in fp32)",
+      .meaning = "The first scale.",
+      .example = "1024" },
+    { .name = "loss_scale.growth_factor", .type = "number", .def = "`2`", .def_json = "2", D_NUM(RANGE_GROWTH),
+      .meaning = "The scale is multiplied by this after `growth_interval` steps in a row without overflow.",
+      .example = "4" },
+    { .name = "loss_scale.backoff_factor", .type = "number", .def = "`0.5`", .def_json = "0.5",
+      D_NUM(RANGE_BACKOFF),
+      .meaning = "The scale is multiplied by this after a step whose gradients overflowed (the step is "
+                 "skipped).",
+      .example = "0.25" },
+    { .name = "loss_scale.growth_interval", .type = "integer", .def = "`2000`", .def_json = "2000",
+      D_INT(1, STEPS_MAX),
+      .meaning = "Steps without overflow before the scale grows.",
+      .example = "1000" },
+    { .name = "seed", .type = "integer", .def = "`0`", .def_json = "0", D_INT(0, INT_MAX_JSON),
+      .range = "(2^53)",
+      .meaning = "Seeds the initial weights, the data order, the augmentation and the synthetic data: the "
+                 "same spec and seed give the same run, bit for bit, on the same device.",
+      .example = "42" },
+    { .name = "shuffle", .type = "boolean", .def = "`true`", .def_json = "true",
+      .meaning = "Shuffle the training set every epoch; `false` keeps file order (for reproducible "
+                 "comparisons).",
+      .example = "false" },
+    { .name = "augment", .type = "boolean", .def = "`true` for cifar10, else `false`", .def_json = "false",
+      .meaning = "Random crop (padding 4) and horizontal flip of the training images.",
+      .example = "true" },
+    { .name = "train_subset", .type = "integer or null", .def = "`null`: the whole training set",
+      .def_json = "null", D_INT(1, SUBSET_MAX),
+      .meaning = "Train on the first N training samples (in file order) only.",
+      .example = "5000" },
+    { .name = "eval_subset", .type = "integer or null", .def = "`null`: the whole test set", .def_json = "null",
+      D_INT(1, SUBSET_MAX),
+      .meaning = "Evaluate on the first N test samples only.",
+      .example = "1000" },
+    { .name = "eval_every", .type = "integer", .def = "`0`", .def_json = "0", D_INT(0, STEPS_MAX),
+      .meaning = "Evaluate on the test set every N optimizer steps and at the end; 0: at the end of every "
+                 "epoch and of the job.",
+      .example = "500" },
+    { .name = "checkpoint_every", .type = "integer", .def = "`500`", .def_json = "500", D_INT(1, STEPS_MAX),
+      .meaning = "Write a checkpoint every N optimizer steps, at the end, and when the job is stopped (cancel, "
+                 "the daemon's SIGTERM). A requeued job, or `trainq run --resume`, continues from it with the "
+                 "same data order and the same numbers. `trainq run` writes checkpoints only with `--out`.",
+      .example = "1000" },
+    { .name = "init_from", .type = "string or null", .def = "`null`: fresh weights", .def_json = "null",
+      .range = "a path of at most " XSTR(PATH_LEN_MAX) " bytes",
+      .meaning = "A safetensors file of PyTorch-named weights (a `state_dict` saved with `safetensors`, or a "
+                 "trainq `model.safetensors`) to start from. The daemon checks that the submitting user may "
+                 "read it.",
+      .example = "\"/srv/models/resnet20-warm.safetensors\"" },
+    { .name = "device", .type = "string", .def = "`\"auto\"`", .def_json = "\"auto\"",
+      .range = "`\"auto\"`, `\"cpu\"`, `\"cuda\"` or `\"cuda:N\"` (N in 0…" XSTR(DEVICE_INDEX_MAX) ")",
+      .meaning = "Where the job may run. `auto`: a GPU when the daemon has one (the least busy), else the "
+                 "CPU; `cuda`: any GPU; `cuda:N`: that GPU. A device the daemon does not serve is a 422 "
+                 "`device_unavailable`.",
+      .example = "\"cuda:0\"" },
+    { .name = "max_memory_mb", .type = "integer or null", .def = "`null`: no cap of its own", .def_json = "null",
+      D_INT(1, MAX_MEMORY_MB_MAX), .range = "MiB",
+      .meaning = "A cap on the job's planned peak memory (training plus the dataset): a job planned above it "
+                 "is refused (422 `cannot_fit`); `\"batch_size\": \"auto\"` picks a micro-batch that fits it.",
+      .example = "4096" },
+    { .name = "priority", .type = "integer", .def = "`0`", .def_json = "0", D_INT(-PRIORITY_MAX, PRIORITY_MAX),
+      .meaning = "Higher runs first; among equals, the user with the least recent device time, then "
+                 "submission order.",
+      .example = "5" },
+    { .name = "submission_id", .type = "string or null", .def = "`null`", .def_json = "null",
+      .range = "at most " XSTR(NAME_MAX_LEN) " bytes of UTF-8 without control characters",
+      .meaning = "An idempotency key: submitting the same key again answers 200 with the job it first "
+                 "created, and queues nothing. For retries and cron jobs.",
+      .example = "\"nightly-2026-05-01\"" },
+    { .name = "timeout_s", .type = "integer or null", .def = "`null`: none", .def_json = "null",
+      D_INT(1, TIMEOUT_MAX), .range = "seconds (365 days)",
+      .meaning = "A running job still training after this many seconds fails with `timeout` (after writing "
+                 "its checkpoint).",
+      .example = "3600" },
+    { .name = "cudnn_benchmark", .type = "boolean", .def = "`true`", .def_json = "true",
+      .meaning = "On a GPU, time the candidate cuDNN convolution engines once per shape and keep the fastest "
+                 "(`torch.backends.cudnn.benchmark`). Ignored on the CPU.",
+      .example = "false" },
+    { .name = "prune", .type = "object or null", .def = "`null`: no pruning", .def_json = "null",
+      .meaning = "After training: L1-unstructured pruning of every convolution and linear weight "
+                 "(`torch.nn.utils.prune.l1_unstructured`), then an evaluation recorded with kind `pruned`.",
+      .example = "{\"amount\": 0.5}" },
+    { .name = "prune.amount", .type = "number", .def = "none: `prune` requires it", D_NUM(RANGE_PRUNE),
+      .meaning = "The fraction of each weight tensor's entries, smallest magnitudes first, set to zero.",
+      .example = "0.3" },
+    { .name = "quantize", .type = "string or null", .def = "`null`: no quantization", .def_json = "null",
+      .range = "`\"int8\"` or `null`",
+      .meaning = "After training: dynamic int8 quantization of the linear layers (as "
+                 "`torch.ao.quantization.quantize_dynamic`), then an evaluation recorded with kind `int8`.",
+      .example = "\"int8\"" },
+    { .name = "synthetic", .type = "object", .def = "`{\"train\": 10000, \"test\": 2000, \"height\": 32, "
+                                                    "\"width\": 32, \"channels\": 3}`",
+      .range = "(dataset `synthetic` only)",
+      .meaning = "The shape of the synthetic dataset (the `synthetic.*` fields below).",
+      .example = "{\"train\": 1024, \"test\": 256}", .with_root = "\"dataset\": \"synthetic\"" },
+    { .name = "synthetic.train", .type = "integer", .def = "`10000`", .def_json = "10000",
+      D_INT(1, SYNTH_COUNT_MAX),
+      .meaning = "Training samples.",
+      .example = "1024", .with_root = "\"dataset\": \"synthetic\"" },
+    { .name = "synthetic.test", .type = "integer", .def = "`2000`", .def_json = "2000", D_INT(1, SYNTH_COUNT_MAX),
+      .meaning = "Test samples.",
+      .example = "256", .with_root = "\"dataset\": \"synthetic\"" },
+    { .name = "synthetic.height", .type = "integer", .def = "`32`", .def_json = "32", D_INT(1, SYNTH_SIDE_MAX),
+      .meaning = "Image height in pixels.",
+      .example = "28", .with_root = "\"dataset\": \"synthetic\"" },
+    { .name = "synthetic.width", .type = "integer", .def = "`32`", .def_json = "32", D_INT(1, SYNTH_SIDE_MAX),
+      .meaning = "Image width in pixels.",
+      .example = "28", .with_root = "\"dataset\": \"synthetic\"" },
+    { .name = "synthetic.channels", .type = "integer", .def = "`3`", .def_json = "3",
+      D_INT(1, SYNTH_CHANNELS_MAX),
+      .meaning = "Channels per pixel.",
+      .example = "1", .with_root = "\"dataset\": \"synthetic\"" },
+    { .name = "threads", .type = "integer", .def = "`0`: all cores", .def_json = "0", D_INT(0, THREADS_MAX),
+      .meaning = "CPU threads for a job on the CPU. With 0 `trainq run` uses every core, and the daemon "
+                 "divides the cores among the CPU jobs running when the job starts.",
+      .example = "4" },
+    { .name = "recompute", .type = "boolean", .def = "`true`", .def_json = "true",
+      .meaning = "Regenerate the ReLU outputs of residual blocks in the backward pass instead of keeping them: "
+                 "the same numbers, bit for bit, for about 30% less activation memory in a ResNet. `false` "
+                 "keeps every activation, as PyTorch does.",
+      .example = "false" },
+    { .name = "deterministic", .type = "boolean", .def = "`true`", .def_json = "true",
+      .meaning = "On a GPU, run convolutions only on cuDNN engines that give the same bits every time; "
+                 "`false` also allows those that use atomics (PyTorch's default; faster in fp32). Ignored on "
+                 "the CPU.",
+      .example = "false" },
+    { .name = "tf32", .type = "boolean or string", .def = "`\"conv\"`", .def_json = "\"conv\"",
+      .range = "`false`, `\"conv\"` or `true`",
+      .meaning = "TF32 tensor-core math for fp32 on Ampere and later GPUs. `\"conv\"` is PyTorch's default: "
+                 "cuDNN convolutions may use TF32, cuBLAS matmuls do not; `true`: both; `false`: neither. "
+                 "Ignored on the CPU.",
+      .example = "false" },
+    { .name = "cuda_graphs", .type = "boolean", .def = "`false`", .def_json = "false",
+      .meaning = "Capture the training step as a CUDA graph once and replay it for every step after, which "
+                 "saves the CPU's kernel launches. GPU only: on the CPU it is ignored, with a warning in the "
+                 "job's log.",
+      .example = "true" },
+    { .name = "after", .type = "array of job ids, or null", .def = "`[]`: none", .def_json = "[]",
+      .range = "at most " XSTR(TQ_AFTER_MAX) " distinct integers >= 1",
+      .meaning = "Run only after all of these jobs succeeded, like `sbatch --dependency=afterok`; the job "
+                 "waits in the queue until then. If one of them fails or is cancelled, this job fails with "
+                 "`dependency_failed`.",
+      .example = "[12, 13]" },
+};
+
+const tq_spec_doc_field *tq_spec_doc_fields(int *count) {
+    if (count) *count = COUNT(doc_fields);
+    return doc_fields;
+}
+
+const char tq_spec_doc_full_example[] =
+    "{\n"
+    "  \"name\": \"resnet20-cifar10-bf16\",\n"
+    "  \"model\": \"resnet20\",\n"
+    "  \"dataset\": \"cifar10\",\n"
+    "  \"data_dir\": \"/srv/datasets/cifar10\",\n"
+    "  \"batch_size\": 128,\n"
+    "  \"accum_steps\": 1,\n"
+    "  \"amp\": \"bf16\",\n"
+    "  \"epochs\": 30,\n"
+    "  \"optimizer\": {\"type\": \"sgd\", \"lr\": 0.1, \"momentum\": 0.9, \"nesterov\": true,\n"
+    "                \"weight_decay\": 0.0005},\n"
+    "  \"lr_schedule\": {\"type\": \"cosine\", \"warmup_steps\": 200},\n"
+    "  \"seed\": 1,\n"
+    "  \"augment\": true,\n"
+    "  \"eval_every\": 0,\n"
+    "  \"checkpoint_every\": 1000,\n"
+    "  \"device\": \"auto\",\n"
+    "  \"max_memory_mb\": 4096,\n"
+    "  \"priority\": 5,\n"
+    "  \"submission_id\": \"resnet20-cifar10-bf16-run1\",\n"
+    "  \"timeout_s\": 86400,\n"
+    "  \"after\": []\n"
+    "}\n";
+
+/* ---- rendering the documentation ---- */
+
+typedef struct { char *p; size_t len, cap; int oom; } sbuf;
+
+static void sb_add(sbuf *b, const char *s, size_t n) {
+    if (b->oom) return;
+    if (b->len + n + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap : 4096;
+        while (b->len + n + 1 > cap) cap *= 2;
+        char *p = realloc(b->p, cap);
+        if (!p) { b->oom = 1; return; }
+        b->p = p;
+        b->cap = cap;
+    }
+    memcpy(b->p + b->len, s, n);
+    b->len += n;
+    b->p[b->len] = 0;
+}
+static void sb_puts(sbuf *b, const char *s) { sb_add(b, s, strlen(s)); }
+
+#if defined(__GNUC__)
+__attribute__((format(printf, 2, 3)))
+#endif
+static void sb_printf(sbuf *b, const char *fmt, ...) {
+    char buf[2048];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    if (n < 0 || (size_t)n >= sizeof buf) { b->oom = 1; return; }
+    sb_add(b, buf, (size_t)n);
+}
+
+static char *sb_take(sbuf *b) {
+    if (b->oom) { free(b->p); return NULL; }
+    if (!b->p) sb_puts(b, "");
+    return b->p;
+}
+
+/* The "range" column: bounds, enum values, the note. */
+static void doc_range(sbuf *b, const tq_spec_doc_field *f) {
+    int any = 0;
+    if (f->bounds == TQ_DOC_INT) {
+        sb_printf(b, "%.0f…%.0f", f->lo, f->hi);
+        any = 1;
+    } else if (f->bounds == TQ_DOC_NUM) {
+        char lo[32], hi[32];
+        fmt_double(lo, sizeof lo, f->lo);
+        if (isinf(f->hi)) sb_printf(b, "%s %s", f->lo_open ? ">" : ">=", lo);
+        else {
+            fmt_double(hi, sizeof hi, f->hi);
+            sb_printf(b, "%c%s, %s%c", f->lo_open ? '(' : '[', lo, hi, f->hi_open ? ')' : ']');
+        }
+        any = 1;
+    } else if (f->values) {
+        for (int i = 0; i < f->n_values; i++)
+            sb_printf(b, "%s`\"%s\"`", i == 0 ? "" : i == f->n_values - 1 ? " or " : ", ", f->values[i]);
+        any = 1;
+    }
+    if (f->range) sb_printf(b, "%s%s", any ? " " : "", f->range);
+}
+
+static int doc_has_range(const tq_spec_doc_field *f) { return f->bounds || f->values || f->range; }
+
+char *tq_spec_doc_example(const tq_spec_doc_field *f) {
+    sbuf b = { 0 };
+    const char *dot = strchr(f->name, '.');
+    sb_puts(&b, "{");
+    if (f->with_root) sb_printf(&b, "%s, ", f->with_root);
+    if (dot) {
+        sb_printf(&b, "\"%.*s\": {", (int)(dot - f->name), f->name);
+        if (f->with) sb_printf(&b, "%s, ", f->with);
+        sb_printf(&b, "\"%s\": %s}}", dot + 1, f->example);
+    } else {
+        sb_printf(&b, "\"%s\": %s}", f->name, f->example);
+    }
+    return sb_take(&b);
+}
+
+/* The cross-field rules, as paragraphs (with `code` spans). */
+static void doc_rules(sbuf *b, const char *bullet, const char *end) {
+    const char *text[] = {
+        "Give `steps` or `epochs`, not both; with neither the job trains 1 epoch. An epoch is "
+        "⌊N / `batch_size`⌋ micro-batches of the N training samples (after `train_subset`; the remainder "
+        "is dropped, like `drop_last=True`), so ⌊that / `accum_steps`⌋ optimizer steps; `epochs` trains "
+        "round(`epochs` × that) steps.",
+        "An integer `batch_size` b with `effective_batch` N: b must divide N, N / b must be at most %d "
+        "(`accum_steps`' limit), and `accum_steps` becomes N / b (one given as well must agree). "
+        "`effective_batch` without `batch_size` is an error.",
+        "`\"batch_size\": \"auto\"` requires `effective_batch` N. Without `accum_steps`, trainq picks the "
+        "largest micro-batch b that divides N (b <= %d, N / b <= %d) whose planned peak memory fits the cap: "
+        "`max_memory_mb`, else in the daemon the memory budget of the device the job prefers, in `trainq "
+        "run` and `trainq plan` half of the available memory on the CPU; then `accum_steps` = N / b. A cap "
+        "too small for a micro-batch of 1 is a 422 `cannot_fit` naming both numbers. With `accum_steps` k "
+        "given, k must divide N and the micro-batch is N / k. The job's `spec` shows `\"batch_size\": "
+        "\"auto\"` with the chosen `accum_steps`; `trainq plan SPEC --memory-mb MB` shows what it would "
+        "pick.",
+        "`data_dir` is required for `cifar10`; `fashion-mnist` defaults to `" FMNIST_DIR "`; `synthetic` "
+        "reads no files, and the `synthetic` object applies to it alone. `augment` defaults to `true` for "
+        "`cifar10` only.",
+        "The `optimizer`'s members depend on its `type`: `sgd` takes `lr`, `momentum`, `nesterov`, "
+        "`weight_decay`; `adamw` takes `lr`, `betas`, `eps`, `weight_decay`; a member of the other type is "
+        "an error, and those left out take the type's defaults. `nesterov: true` requires `momentum` > 0 "
+        "(left out, it turns off with `momentum` 0). `lr_schedule.step_size` and `gamma` belong to the "
+        "`step` schedule only. `loss_scale` matters only with `\"amp\": \"fp16\"`.",
+        "Strings are UTF-8 without control characters; an integer field takes only numbers whose text is "
+        "exactly an integer (`64`, `6.4e1`; not `1.5` or `1e-400`); a field given twice, an unknown field "
+        "(the message suggests the nearest known one: `unknown field \"batchsize\" (did you mean "
+        "\"batch_size\"?)`), a wrong type and a value out of range are errors that name the field: HTTP 400 "
+        "`invalid_spec` from the daemon, exit status 2 from `trainq run` and `trainq plan`.",
+    };
+    for (int i = 0; i < COUNT(text); i++) {
+        sb_puts(b, bullet);
+        if (i == 1) sb_printf(b, text[i], ACCUM_MAX);
+        else if (i == 2) sb_printf(b, text[i], BATCH_MAX, ACCUM_MAX);
+        else sb_puts(b, text[i]);
+        sb_puts(b, end);
+    }
+}
+
+/* Markdown: | escaped inside tables */
+static void md_cell(sbuf *b, const char *s) {
+    for (; *s; s++) {
+        if (*s == '|') sb_puts(b, "\\|");
+        else sb_add(b, s, 1);
+    }
+}
+
+static void md_anchor(sbuf *b, const char *name) {   /* GitHub's: lower case, '.' dropped */
+    for (const char *p = name; *p; p++)
+        if (*p != '.') sb_add(b, p, 1);
+}
+
+static char *doc_markdown(void) {
+    sbuf b = { 0 }, t = { 0 };
+    sb_puts(&b, "| field | type | default | range |\n|---|---|---|---|\n");
+    for (int i = 0; i < COUNT(doc_fields); i++) {
+        const tq_spec_doc_field *f = &doc_fields[i];
+        sb_puts(&b, "| [`");
+        sb_puts(&b, f->name);
+        sb_puts(&b, "`](#");
+        md_anchor(&b, f->name);
+        sb_puts(&b, ") | ");
+        md_cell(&b, f->type);
+        sb_puts(&b, " | ");
+        md_cell(&b, f->def);
+        sb_puts(&b, " | ");
+        t.len = 0;
+        if (doc_has_range(f)) doc_range(&t, f);
+        else sb_puts(&t, "—");
+        md_cell(&b, t.oom ? "" : t.p);
+        sb_puts(&b, " |\n");
+    }
+    for (int i = 0; i < COUNT(doc_fields); i++) {
+        const tq_spec_doc_field *f = &doc_fields[i];
+        sb_printf(&b, "\n### `%s`\n\n%s\n\n- type: %s\n- default: %s\n", f->name, f->meaning, f->type, f->def);
+        if (doc_has_range(f)) {
+            sb_puts(&b, "- range: ");
+            doc_range(&b, f);
+            sb_puts(&b, "\n");
+        }
+        char *ex = tq_spec_doc_example(f);
+        sb_printf(&b, "- example: `%s`\n", ex ? ex : "");
+        if (!ex) b.oom = 1;
+        free(ex);
+    }
+    sb_puts(&b, "\n## Rules across fields\n\n");
+    doc_rules(&b, "- ", "\n");
+    sb_puts(&b, "\n## A full example\n\n```json\n");
+    sb_puts(&b, tq_spec_doc_full_example);
+    sb_puts(&b, "```\n");
+    if (t.oom) b.oom = 1;
+    free(t.p);
+    return sb_take(&b);
+}
+
+/* roff text: \ - and a leading . or ' escaped, `code` in bold, the few non-ASCII characters
+ * the table uses as glyphs (any other byte >= 0x80 becomes "?": the unit test refuses it). */
+static void roff_text(sbuf *b, const char *s, int line_start) {
+    static const struct { const char *utf8, *roff; } glyphs[] = {
+        { "…", "\\&..." }, { "×", "\\(mu" }, { "≤", "\\(<=" }, { "≥", "\\(>=" }, { "−", "\\-" },
+        { "–", "\\(en" }, { "—", "\\(em" }, { "⌊", "\\(lf" }, { "⌋", "\\(rf" }, { "·", "\\[pc]" },
+    };
+    int code = 0;
+    for (const char *p = s; *p;) {
+        if (line_start && (*p == '.' || *p == '\'')) sb_puts(b, "\\&");
+        line_start = 0;
+        unsigned char c = (unsigned char)*p;
+        if (c == '`') { sb_puts(b, code ? "\\fR" : "\\fB"); code = !code; p++; continue; }
+        if (c == '\\') { sb_puts(b, "\\e"); p++; continue; }
+        if (c == '-') { sb_puts(b, "\\-"); p++; continue; }
+        if (c == '\n') { sb_puts(b, "\n"); line_start = 1; p++; continue; }
+        if (c < 0x80) { sb_add(b, p, 1); p++; continue; }
+        int k;
+        for (k = 0; k < COUNT(glyphs); k++) {
+            size_t n = strlen(glyphs[k].utf8);
+            if (!strncmp(p, glyphs[k].utf8, n)) { sb_puts(b, glyphs[k].roff); p += n; break; }
+        }
+        if (k == COUNT(glyphs)) {
+            sb_puts(b, "?");
+            for (p++; (unsigned char)*p >= 0x80 && (unsigned char)*p < 0xc0; p++) {}
+        }
+    }
+    if (code) sb_puts(b, "\\fR");
+}
+
+static char *doc_man(void) {
+    sbuf b = { 0 }, t = { 0 };
+    for (int i = 0; i < COUNT(doc_fields); i++) {
+        const tq_spec_doc_field *f = &doc_fields[i];
+        sb_puts(&b, ".TP\n.B ");
+        roff_text(&b, f->name, 0);
+        sb_puts(&b, "\n");
+        t.len = 0;
+        sb_printf(&t, "%s; default %s", f->type, f->def);
+        if (doc_has_range(f)) {
+            sb_puts(&t, "; range ");
+            doc_range(&t, f);
+        }
+        sb_puts(&t, ".\n");
+        sb_puts(&t, f->meaning);
+        if (!t.oom) roff_text(&b, t.p, 1);
+        char *ex = tq_spec_doc_example(f);
+        sb_puts(&b, "\n.br\nExample: ");
+        if (!ex) b.oom = 1;
+        else roff_text(&b, ex, 0);
+        free(ex);
+        sb_puts(&b, "\n");
+    }
+    sb_puts(&b, ".SS Rules across fields\n");
+    t.len = 0;
+    doc_rules(&t, ".IP \\(bu 2\n", "\n");
+    if (!t.oom) {   /* the bullets' macro lines are ours; escape the text between them */
+        const char *p = t.p;
+        while (*p) {
+            const char *nl = strchr(p, '\n');
+            size_t n = nl ? (size_t)(nl - p) : strlen(p);
+            char *line = strndup(p, n);
+            if (!line) { b.oom = 1; break; }
+            if (!strncmp(line, ".IP ", 4)) sb_puts(&b, line);
+            else roff_text(&b, line, 1);
+            sb_puts(&b, "\n");
+            free(line);
+            p += n + (nl != NULL);
+        }
+    }
+    sb_puts(&b, ".SS A full example\n.PP\n.RS 4\n.nf\n");
+    roff_text(&b, tq_spec_doc_full_example, 1);
+    sb_puts(&b, ".fi\n.RE\n");
+    if (t.oom) b.oom = 1;
+    free(t.p);
+    return sb_take(&b);
+}
+
+char *tq_spec_doc(int format) {
+    return format == TQ_DOC_MAN ? doc_man() : doc_markdown();
+}
+
+char *tq_spec_doc_fill(const char *tmpl, int format) {
+    const char *mark = tmpl ? strstr(tmpl, "@SPEC_REFERENCE@") : NULL;
+    if (!mark) return NULL;
+    const char *bol = mark, *eol = strchr(mark, '\n');
+    while (bol > tmpl && bol[-1] != '\n') bol--;
+    eol = eol ? eol + 1 : mark + strlen(mark);
+    char *doc = tq_spec_doc(format);
+    if (!doc) return NULL;
+    sbuf b = { 0 };
+    sb_add(&b, tmpl, (size_t)(bol - tmpl));
+    sb_puts(&b, doc);
+    sb_puts(&b, eol);
+    free(doc);
+    return sb_take(&b);
 }

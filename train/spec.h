@@ -1,10 +1,13 @@
-/* spec.h — the job spec of CONTRACT.md: parse and validate JSON into a tq_spec with every
- * default filled in, and render it back as JSON.
+/* spec.h — the job spec (docs/spec.md): parse and validate JSON into a tq_spec with every
+ * default filled in, render it back as JSON, and document it (docs/spec.md and the SPEC
+ * section of trainq(1) are generated from the field table in spec.c: `make docs`).
  *
  * Contract: tq_spec_parse never exits and never prints; on a bad spec it returns TQ_SPEC_BAD
  * and fills `err` with the offending field's name (dotted for nested fields:
  * "optimizer.lr") and a message that names the problem ("batch_size must be an integer in
- * 1…65536, got 0"). Unknown fields, wrong types and out-of-range values are all errors.
+ * 1…65536, got 0"). Unknown fields, wrong types and out-of-range values are all errors; an
+ * unknown field's message suggests the nearest known field of the same object when one is
+ * close ("unknown field \"batchsize\" (did you mean \"batch_size\"?)").
  * The struct owns no heap memory. Thread-safe (no globals). */
 #ifndef TQ_SPEC_H
 #define TQ_SPEC_H
@@ -100,6 +103,55 @@ const char *tq_model_name(tq_model_kind);
 const char *tq_dataset_name(tq_data_kind);
 const char *tq_amp_name(tq_amp);
 const char *tq_tf32_name(tq_tf32);   /* "off", "conv", "all" (the spec renders false/"conv"/true) */
+
+/* ---- the spec's documentation (docs/spec.md, trainq(1)), from the parser's own lists ---- */
+
+/* The member names the parser accepts in an object: parent NULL or "" for the root, else a
+ * root field holding an object ("optimizer", "lr_schedule", "loss_scale", "prune",
+ * "synthetic"); NULL (and *n = 0) for anything else. */
+const char *const *tq_spec_field_names(const char *parent, int *n);
+
+/* One documented field. Bounds come from the parser's own limits; the unit test parses every
+ * example and both bounds, and checks the table covers exactly the parser's fields. */
+typedef struct {
+    const char *name;       /* dotted for a nested field: "optimizer.lr" */
+    const char *type;       /* the JSON type(s), as the docs print them */
+    const char *def;        /* the default, as the docs print it */
+    const char *def_json;   /* the default as tq_spec_to_json renders it: for the spec {} (a root
+                               field) or for the example's `with`/`with_root` alone (a nested
+                               one); NULL when that does not show it */
+    int bounds;             /* TQ_DOC_INT: an integer in [lo, hi]; TQ_DOC_NUM: a number between
+                               lo and hi (*_open: excluded; hi may be INFINITY); 0: none */
+    double lo, hi;
+    int lo_open, hi_open;
+    const char *const *values;   /* the allowed strings of an enum (n_values of them), or NULL */
+    int n_values;
+    const char *range;      /* more about the range, printed after the bounds/values, or NULL */
+    const char *meaning;
+    const char *example;    /* a JSON value */
+    const char *with;       /* JSON members the example needs in the same object, or NULL */
+    const char *with_root;  /* JSON members the example needs at the root, or NULL */
+} tq_spec_doc_field;
+enum { TQ_DOC_INT = 1, TQ_DOC_NUM = 2 };
+
+/* Every documented field, root fields first in the rendering's order, each object's members
+ * after it. */
+const tq_spec_doc_field *tq_spec_doc_fields(int *count);
+/* The field's example as a whole spec: {with_root, "field": example} or, nested,
+ * {with_root, "parent": {with, "field": example}}. malloc'd; NULL on OOM. */
+char *tq_spec_doc_example(const tq_spec_doc_field *f);
+/* A complete example spec (it parses; the unit test checks it). */
+extern const char tq_spec_doc_full_example[];
+
+enum { TQ_DOC_MARKDOWN = 0, TQ_DOC_MAN = 1 };
+/* The spec reference: a summary table, every field (type, default, range, meaning, example),
+ * the cross-field rules and a full example, as Markdown or as man(7) roff. malloc'd; NULL on
+ * OOM. */
+char *tq_spec_doc(int format);
+/* A template with the line "@SPEC_REFERENCE@" (roff: ".\" @SPEC_REFERENCE@") replaced by
+ * tq_spec_doc(format): what `make docs` writes to docs/spec.md and docs/trainq.1. malloc'd;
+ * NULL on OOM or when the template has no such line. */
+char *tq_spec_doc_fill(const char *template_text, int format);
 static inline tq_dtype tq_amp_dtype(tq_amp a) { return a == TQ_AMP_FP16 ? TQ_F16 : a == TQ_AMP_BF16 ? TQ_BF16 : TQ_F32; }
 
 #endif

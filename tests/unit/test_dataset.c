@@ -448,6 +448,46 @@ static void test_cifar(void **state) {
     free(d);
 }
 
+/* A missing dataset says what data_dir must hold and where the docs explain it: the path
+ * first, then the files expected, then docs/spec.md's Datasets section. */
+static void test_missing_data_hints(void **state) {
+    (void)state;
+    tq_dataset ds;
+    char *d = make_tmpdir(), path[512];
+    /* cifar10: no such directory, an empty one, a file instead of a directory */
+    assert_err(load(&ds, "cifar10", "/nonexistent/tq_cifar", 0, 0), TQ_EIO, "/nonexistent/tq_cifar",
+               "docs/spec.md, \"Datasets\"");
+    assert_err(load(&ds, "cifar10", d, 0, 0), TQ_EIO, "docs/spec.md, \"Datasets\"", "test_batch.bin");
+    snprintf(path, sizeof path, "%s/data_batch_1.bin: No such file or directory; cifar10 reads the CIFAR-10 "
+             "binary version (cifar-10-binary.tar.gz): data_dir must hold data_batch_1.bin", d);
+    assert_err(load(&ds, "cifar10", d, 0, 0), TQ_EIO, path, "cifar-10-batches-bin/");
+    assert_zeroed(&ds);
+    write_file(d, "plain", "x", 1);
+    snprintf(path, sizeof path, "%s/plain", d);
+    assert_err(load(&ds, "cifar10", path, 0, 0), TQ_EIO, "not a directory", "docs/spec.md");
+    /* the training files there but not the test file: that one is named */
+    write_cifar(d, "data_batch_1.bin", 0, 2, -1);
+    snprintf(path, sizeof path, "%s/test_batch.bin: No such file or directory; cifar10 reads", d);
+    assert_err(load(&ds, "cifar10", d, 0, 0), TQ_EIO, path, "docs/spec.md");
+    /* fashion-mnist: the four files and the Debian package */
+    assert_err(load(&ds, "fashion-mnist", d, 0, 0), TQ_EIO, "t10k-labels-idx1-ubyte", "dataset-fashion-mnist");
+    assert_err(load(&ds, "fashion-mnist", "/nonexistent/tq_fmnist", 0, 0), TQ_EIO, "/nonexistent/tq_fmnist",
+               "docs/spec.md");
+    /* a file that is there but broken gets no hint: its problem is not where to find it */
+    write_file(d, "test_batch.bin", "x", 1);
+    assert_err(load(&ds, "cifar10", d, 0, 0), TQ_EDATA, "test_batch.bin", "3073");
+    assert_null(strstr(errbuf, "docs/spec.md"));
+    /* a short buffer keeps the path and cuts the hint */
+    char small[48];
+    snprintf(path, sizeof path, "%s/test_batch.bin", d);
+    assert_int_equal(unlink(path), 0);
+    assert_int_equal(tq_dataset_load(&ds, "cifar10", d, NULL, 0, 0, 0, small, sizeof small), TQ_EIO);
+    assert_int_equal(strlen(small), sizeof small - 1);
+    assert_int_equal(strncmp(small, path, strlen(path) < sizeof small - 1 ? strlen(path) : sizeof small - 1), 0);
+    rm_rf(d);
+    free(d);
+}
+
 /* ---------------------------------------------------------------- synthetic */
 
 static void test_synthetic(void **state) {
@@ -617,6 +657,7 @@ int main(void) {
         cmocka_unit_test(test_idx_truncated),
         cmocka_unit_test(test_idx_corrupt),
         cmocka_unit_test(test_cifar),
+        cmocka_unit_test(test_missing_data_hints),
         cmocka_unit_test(test_synthetic),
         cmocka_unit_test(test_epoch_order),
         cmocka_unit_test(test_aug_draw),

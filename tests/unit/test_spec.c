@@ -1,6 +1,8 @@
-/* test_spec.c — the job spec parser/renderer (train/spec.c) against CONTRACT.md's table:
- * defaults, every field's good values, a battery of bad inputs each with the field it must
- * name, the wording of the messages, and the parse(to_json(s)) == s round trip. */
+/* test_spec.c — the job spec parser/renderer (train/spec.c) against its documentation
+ * (docs/spec.md): defaults, every field's good values, a battery of bad inputs each with the
+ * field it must name, the wording of the messages, "did you mean", the parse(to_json(s)) == s
+ * round trip; and the documentation table against the parser: every field documented, every
+ * example and bound parsed, the committed docs/spec.md and docs/trainq.1 up to date. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -637,7 +639,7 @@ static void test_messages(void **state) {
     assert_int_equal(tq_spec_parse(&s, "{\"batch_size\":\"32\"}", &e), TQ_SPEC_BAD);
     assert_string_equal(e.message, "batch_size must be an integer in 1..65536 or \"auto\" (got \"32\")");
     assert_int_equal(tq_spec_parse(&s, "{\"btach_size\":32}", &e), TQ_SPEC_BAD);
-    assert_string_equal(e.message, "unknown field \"btach_size\"");
+    assert_string_equal(e.message, "unknown field \"btach_size\" (did you mean \"batch_size\"?)");
     assert_int_equal(tq_spec_parse(&s, "{\"optimizer\":{\"foo\":1}}", &e), TQ_SPEC_BAD);
     assert_string_equal(e.message, "unknown field \"optimizer.foo\"");
     assert_int_equal(tq_spec_parse(&s, "{\"steps\":0}", &e), TQ_SPEC_BAD);
@@ -654,7 +656,9 @@ static void test_messages(void **state) {
     assert_int_equal(tq_spec_parse(&s, "{\"steps\":10,\"epochs\":1}", &e), TQ_SPEC_BAD);
     assert_non_null(strstr(e.message, "not both"));
     assert_int_equal(tq_spec_parse(&s, "{\"dataset\":\"cifar10\"}", &e), TQ_SPEC_BAD);
-    assert_string_equal(e.message, "data_dir is required for dataset cifar10");
+    assert_string_equal(e.message, "data_dir is required for dataset cifar10: the directory of the CIFAR-10 "
+                                   "binary version, data_batch_1.bin … data_batch_5.bin and test_batch.bin "
+                                   "(docs/spec.md, \"Datasets\")");
     assert_int_equal(tq_spec_parse(&s, "{\"optimizer\":{\"nesterov\":true,\"momentum\":0}}", &e), TQ_SPEC_BAD);
     assert_non_null(strstr(e.message, "momentum > 0"));
     assert_int_equal(tq_spec_parse(&s, "[1,2]", &e), TQ_SPEC_BAD);
@@ -1085,6 +1089,357 @@ static void test_round_trip(void **state) {
     check_round_trip("{\"batch_size\":1,\"effective_batch\":1}");
 }
 
+/* ---- "did you mean": the nearest known field of the same object ----------------------------- */
+
+static void expect_unknown(const char *json, const char *field, const char *message) {
+    tq_spec s;
+    tq_spec_err e;
+    int rc = tq_spec_parse(&s, json, &e);
+    if (rc != TQ_SPEC_BAD || strcmp(e.field, field) || strcmp(e.message, message))
+        print_error("%s: rc %d, [%s] %s (want [%s] %s)\n", json, rc, e.field, e.message, field, message);
+    assert_int_equal(rc, TQ_SPEC_BAD);
+    assert_string_equal(e.field, field);
+    assert_string_equal(e.message, message);
+}
+
+static void test_did_you_mean(void **state) {
+    (void)state;
+    /* hits: a missing/extra/changed letter, a transposition, case, at the root and nested */
+    expect_unknown("{\"batchsize\":8}", "batchsize", "unknown field \"batchsize\" (did you mean \"batch_size\"?)");
+    expect_unknown("{\"optimizer\":{\"momentun\":0.5}}", "optimizer.momentun",
+                   "unknown field \"optimizer.momentun\" (did you mean \"optimizer.momentum\"?)");
+    expect_unknown("{\"stpes\":5}", "stpes", "unknown field \"stpes\" (did you mean \"steps\"?)");
+    expect_unknown("{\"epoch\":2}", "epoch", "unknown field \"epoch\" (did you mean \"epochs\"?)");
+    expect_unknown("{\"Seed\":1}", "Seed", "unknown field \"Seed\" (did you mean \"seed\"?)");
+    expect_unknown("{\"BATCH_SIZE\":1}", "BATCH_SIZE", "unknown field \"BATCH_SIZE\" (did you mean \"batch_size\"?)");
+    expect_unknown("{\"optimiser\":{}}", "optimiser", "unknown field \"optimiser\" (did you mean \"optimizer\"?)");
+    expect_unknown("{\"timeout\":60}", "timeout", "unknown field \"timeout\" (did you mean \"timeout_s\"?)");
+    expect_unknown("{\"train-subset\":60}", "train-subset",
+                   "unknown field \"train-subset\" (did you mean \"train_subset\"?)");
+    expect_unknown("{\"lr_schedule\":{\"type\":\"step\",\"gama\":0.5}}", "lr_schedule.gama",
+                   "unknown field \"lr_schedule.gama\" (did you mean \"lr_schedule.gamma\"?)");
+    expect_unknown("{\"loss_scale\":{\"growth_intervall\":5}}", "loss_scale.growth_intervall",
+                   "unknown field \"loss_scale.growth_intervall\" (did you mean \"loss_scale.growth_interval\"?)");
+    expect_unknown("{\"prune\":{\"amout\":0.5}}", "prune.amout",
+                   "unknown field \"prune.amout\" (did you mean \"prune.amount\"?)");
+    expect_unknown("{\"dataset\":\"synthetic\",\"synthetic\":{\"heigth\":8}}", "synthetic.heigth",
+                   "unknown field \"synthetic.heigth\" (did you mean \"synthetic.height\"?)");
+    expect_unknown("{\"optimizer\":{\"nesterow\":true}}", "optimizer.nesterow",
+                   "unknown field \"optimizer.nesterow\" (did you mean \"optimizer.nesterov\"?)");
+    /* non-hits: nothing close at that level (no suggestion from another level either) */
+    expect_unknown("{\"foo\":1}", "foo", "unknown field \"foo\"");
+    expect_unknown("{\"x\":1}", "x", "unknown field \"x\"");
+    expect_unknown("{\"lr\":0.1}", "lr", "unknown field \"lr\"");                   /* optimizer.lr */
+    expect_unknown("{\"momentum\":0.9}", "momentum", "unknown field \"momentum\""); /* optimizer.momentum */
+    expect_unknown("{\"learning_rate\":0.1}", "learning_rate", "unknown field \"learning_rate\"");
+    expect_unknown("{\"optimizer\":{\"foo\":1}}", "optimizer.foo", "unknown field \"optimizer.foo\"");
+    expect_unknown("{\"optimizer\":{\"batch_size\":1}}", "optimizer.batch_size",
+                   "unknown field \"optimizer.batch_size\"");
+    expect_unknown("{\"lr_schedule\":{\"warmup\":10}}", "lr_schedule.warmup", "unknown field \"lr_schedule.warmup\"");
+    expect_unknown("{\"\":1}", "", "unknown field \"\"");
+    /* at most 2 edits, and at most a third of the key: "ab" is 2 from "amp" but too short */
+    expect_unknown("{\"ab\":1}", "ab", "unknown field \"ab\"");
+    expect_unknown("{\"am\":1}", "am", "unknown field \"am\" (did you mean \"amp\"?)");
+    expect_unknown("{\"bach_sze\":1}", "bach_sze", "unknown field \"bach_sze\" (did you mean \"batch_size\"?)");
+    expect_unknown("{\"bch_sze\":1}", "bch_sze", "unknown field \"bch_sze\"");   /* 3 edits */
+    /* a long key: named (cut), no suggestion */
+    char json[200];
+    snprintf(json, sizeof json, "{\"%s\":1}", "batch_size_batch_size_batch_size_batch_size_batch_size_batch_size_x");
+    tq_spec s;
+    tq_spec_err e;
+    assert_int_equal(tq_spec_parse(&s, json, &e), TQ_SPEC_BAD);
+    assert_null(strstr(e.message, "did you mean"));
+    /* the first of equally near names (the docs' order) */
+    expect_unknown("{\"optimizer\":{\"tye\":\"sgd\"}}", "optimizer.tye",
+                   "unknown field \"optimizer.tye\" (did you mean \"optimizer.type\"?)");
+}
+
+/* ---- the documentation table (docs/spec.md, trainq(1)) against the parser ------------------- */
+
+/* {with_root, "field": value} or {with_root, "parent": {with, "child": value}} for f */
+static char *spec_with(const tq_spec_doc_field *f, const char *value) {
+    tq_spec_doc_field g = *f;
+    g.example = value;
+    char *text = tq_spec_doc_example(&g);
+    assert_non_null(text);
+    return text;
+}
+
+static void expect_ok(const tq_spec_doc_field *f, const char *value) {
+    char *json = spec_with(f, value);
+    tq_spec s;
+    tq_spec_err e;
+    int rc = tq_spec_parse(&s, json, &e);
+    if (rc) print_error("%s: %s refused: [%s] %s\n", f->name, json, e.field, e.message);
+    assert_int_equal(rc, TQ_SPEC_OK);
+    free(json);
+}
+
+static void expect_bad(const tq_spec_doc_field *f, const char *value) {
+    char *json = spec_with(f, value);
+    tq_spec s;
+    tq_spec_err e;
+    int rc = tq_spec_parse(&s, json, &e);
+    if (rc != TQ_SPEC_BAD || strcmp(e.field, f->name))
+        print_error("%s: %s: rc %d [%s] %s (want it refused, naming the field)\n", f->name, json, rc, e.field,
+                    e.message);
+    assert_int_equal(rc, TQ_SPEC_BAD);
+    assert_string_equal(e.field, f->name);
+    free(json);
+}
+
+static const tq_spec_doc_field *doc_find(const char *name) {
+    int n;
+    const tq_spec_doc_field *d = tq_spec_doc_fields(&n);
+    for (int i = 0; i < n; i++)
+        if (!strcmp(d[i].name, name)) return &d[i];
+    return NULL;
+}
+
+/* every name the parser accepts, root and nested, is documented, and nothing else is */
+static void test_doc_covers_parser(void **state) {
+    (void)state;
+    int nroot, ndoc, total = 0;
+    const char *const *root = tq_spec_field_names(NULL, &nroot);
+    const tq_spec_doc_field *docs = tq_spec_doc_fields(&ndoc);
+    assert_non_null(root);
+    assert_true(nroot >= 36);
+    for (int i = 0; i < nroot; i++) {
+        if (!doc_find(root[i])) print_error("root field %s is not documented\n", root[i]);
+        assert_non_null(doc_find(root[i]));
+        total++;
+        int nk;
+        const char *const *kids = tq_spec_field_names(root[i], &nk);
+        for (int k = 0; kids && k < nk; k++) {
+            char dotted[96];
+            snprintf(dotted, sizeof dotted, "%s.%s", root[i], kids[k]);
+            if (!doc_find(dotted)) print_error("field %s is not documented\n", dotted);
+            assert_non_null(doc_find(dotted));
+            total++;
+        }
+    }
+    assert_int_equal(ndoc, total);   /* no field documented twice, none the parser lacks */
+    int nk;
+    assert_null(tq_spec_field_names("name", &nk));
+    assert_int_equal(nk, 0);
+    assert_null(tq_spec_field_names("nope", NULL));
+    /* the nested objects are exactly the root fields whose docs say "object" */
+    for (int i = 0; i < ndoc; i++) {
+        const tq_spec_doc_field *f = &docs[i];
+        if (strchr(f->name, '.')) continue;
+        int is_obj = !strncmp(f->type, "object", 6);
+        if (is_obj != (tq_spec_field_names(f->name, NULL) != NULL))
+            print_error("%s: type \"%s\" vs the parser's member lists\n", f->name, f->type);
+        assert_int_equal(is_obj, tq_spec_field_names(f->name, NULL) != NULL);
+    }
+    /* an unknown member is refused at every level, naming it */
+    tq_spec s;
+    tq_spec_err e;
+    assert_int_equal(tq_spec_parse(&s, "{\"no_such_field\":1}", &e), TQ_SPEC_BAD);
+    assert_string_equal(e.field, "no_such_field");
+    for (int i = 0; i < nroot; i++) {
+        if (!tq_spec_field_names(root[i], NULL)) continue;
+        char json[160], want[96];
+        snprintf(json, sizeof json, "{\"dataset\":\"synthetic\",\"%s\":{\"no_such_field\":1}}", root[i]);
+        snprintf(want, sizeof want, "%s.no_such_field", root[i]);
+        assert_int_equal(tq_spec_parse(&s, json, &e), TQ_SPEC_BAD);
+        assert_string_equal(e.field, want);
+    }
+}
+
+/* "%.17g", or a whole number without exponent */
+static void num_text(char *buf, size_t n, double d) {
+    if (d == floor(d) && fabs(d) < 1e17) snprintf(buf, n, "%.0f", d);
+    else snprintf(buf, n, "%.17g", d);
+}
+
+/* every example parses; both bounds parse and one step past each is refused naming the field;
+ * every enum value parses; the documented default is what the parser fills in */
+static void test_doc_table(void **state) {
+    (void)state;
+    int n;
+    const tq_spec_doc_field *docs = tq_spec_doc_fields(&n);
+    for (int i = 0; i < n; i++) {
+        const tq_spec_doc_field *f = &docs[i];
+        assert_non_null(f->type);
+        assert_non_null(f->def);
+        assert_non_null(f->meaning);
+        assert_non_null(f->example);
+        expect_ok(f, f->example);
+        char v[64];
+        if (f->bounds == TQ_DOC_INT) {
+            int64_t lo = (int64_t)f->lo, hi = (int64_t)f->hi;
+            assert_true((double)lo == f->lo && (double)hi == f->hi && lo <= hi);
+            snprintf(v, sizeof v, "%lld", (long long)lo); expect_ok(f, v);
+            snprintf(v, sizeof v, "%lld", (long long)hi); expect_ok(f, v);
+            snprintf(v, sizeof v, "%lld", (long long)lo - 1); expect_bad(f, v);
+            snprintf(v, sizeof v, "%lld", (long long)hi + 1); expect_bad(f, v);
+            snprintf(v, sizeof v, "%lld.5", (long long)lo); expect_bad(f, v);   /* not an integer */
+        } else if (f->bounds == TQ_DOC_NUM) {
+            num_text(v, sizeof v, f->lo);
+            if (f->lo_open) expect_bad(f, v); else expect_ok(f, v);
+            num_text(v, sizeof v, nextafter(f->lo, f->lo_open ? INFINITY : -INFINITY));
+            if (f->lo_open) expect_ok(f, v); else expect_bad(f, v);
+            if (isfinite(f->hi)) {
+                num_text(v, sizeof v, f->hi);
+                if (f->hi_open) expect_bad(f, v); else expect_ok(f, v);
+                num_text(v, sizeof v, nextafter(f->hi, f->hi_open ? -INFINITY : INFINITY));
+                if (f->hi_open) expect_ok(f, v); else expect_bad(f, v);
+            }
+            expect_bad(f, "\"1\"");   /* a string is no number */
+        } else {
+            assert_int_equal(f->bounds, 0);
+        }
+        for (int k = 0; f->values && k < f->n_values; k++) {   /* the value is taken (a rule */
+            char q[64];                                          /* on another field may still */
+            snprintf(q, sizeof q, "\"%s\"", f->values[k]);        /* object: cifar10's data_dir) */
+            char *json = spec_with(f, q);
+            tq_spec s;
+            tq_spec_err e;
+            if (tq_spec_parse(&s, json, &e) && !strcmp(e.field, f->name))
+                fail_msg("%s: the documented value %s is refused: %s", f->name, q, e.message);
+            free(json);
+        }
+        if (f->values) expect_bad(f, "\"no-such-value\"");
+        if (f->def_json) {   /* the default, as rendered for {} or for the example's context */
+            const char *dot = strchr(f->name, '.');
+            char ctx[256];
+            if (!dot) snprintf(ctx, sizeof ctx, "{}");
+            else snprintf(ctx, sizeof ctx, "{%s%s\"%.*s\": {%s}}", f->with_root ? f->with_root : "",
+                          f->with_root ? ", " : "", (int)(dot - f->name), f->name, f->with ? f->with : "");
+            cJSON *r = render(ctx), *want = cJSON_Parse(f->def_json);
+            assert_non_null(want);
+            const cJSON *got;
+            if (dot) {
+                char parent[64];
+                snprintf(parent, sizeof parent, "%.*s", (int)(dot - f->name), f->name);
+                got = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(r, parent), dot + 1);
+            } else {
+                got = cJSON_GetObjectItemCaseSensitive(r, f->name);
+            }
+            char *gt = got ? cJSON_PrintUnformatted(got) : NULL;
+            if (!got || !cJSON_Compare(got, want, 1))
+                print_error("%s: documented default %s, rendered %s (for %s)\n", f->name, f->def_json,
+                            gt ? gt : "nothing", ctx);
+            assert_true(got && cJSON_Compare(got, want, 1));
+            cJSON_free(gt);
+            cJSON_Delete(want);
+            cJSON_Delete(r);
+        }
+    }
+    /* the full example parses */
+    tq_spec s = parse_ok(tq_spec_doc_full_example);
+    assert_int_equal(s.dataset, TQ_DATA_CIFAR10);
+}
+
+/* The texts' non-ASCII characters are the ones the roff renderer knows; the roff is ASCII. */
+static void test_doc_rendering(void **state) {
+    (void)state;
+    static const char *const glyphs[] = { "…", "×", "≤", "≥", "−", "–", "—", "⌊", "⌋", "·" };
+    int n;
+    const tq_spec_doc_field *docs = tq_spec_doc_fields(&n);
+    for (int i = 0; i < n; i++) {
+        const char *texts[] = { docs[i].name, docs[i].type, docs[i].def, docs[i].range, docs[i].meaning,
+                                docs[i].example };
+        for (size_t t = 0; t < sizeof texts / sizeof texts[0]; t++)
+            for (const char *p = texts[t]; p && *p;) {
+                if ((unsigned char)*p < 0x80) { p++; continue; }
+                size_t k, len = 0;
+                for (k = 0; k < sizeof glyphs / sizeof glyphs[0]; k++)
+                    if (!strncmp(p, glyphs[k], len = strlen(glyphs[k]))) break;
+                if (k == sizeof glyphs / sizeof glyphs[0])
+                    print_error("%s: a character roff_text does not map: \"%.8s\"\n", docs[i].name, p);
+                assert_true(k < sizeof glyphs / sizeof glyphs[0]);
+                p += len;
+            }
+    }
+    char *man = tq_spec_doc(TQ_DOC_MAN), *md = tq_spec_doc(TQ_DOC_MARKDOWN);
+    assert_non_null(man);
+    assert_non_null(md);
+    for (const char *p = man; *p; p++) {
+        if ((unsigned char)*p >= 0x80) print_error("non-ASCII in the roff: \"%.20s\"\n", p);
+        assert_true((unsigned char)*p < 0x80);
+    }
+    /* every field in both, with its example; the limits as numbers */
+    for (int i = 0; i < n; i++) {
+        char head[96];
+        snprintf(head, sizeof head, "\n### `%s`\n", docs[i].name);
+        assert_non_null(strstr(md, head));
+        char *ex = tq_spec_doc_example(&docs[i]);
+        assert_non_null(strstr(md, ex));
+        free(ex);
+    }
+    assert_non_null(strstr(md, "| [`batch_size`](#batch_size) | integer or `\"auto\"` | `32` | 1…65536 or `\"auto\"`"));
+    assert_non_null(strstr(md, "`{\"optimizer\": {\"type\": \"adamw\", \"betas\": [0.9, 0.95]}}`"));
+    assert_non_null(strstr(md, "(0, 10]"));
+    assert_non_null(strstr(md, "`false`, `\"conv\"` or `true`"));
+    assert_non_null(strstr(man, ".TP\n.B optimizer.lr\n"));
+    assert_non_null(strstr(man, "1\\&...65536"));
+    assert_non_null(strstr(man, "\\fB\"fashion\\-mnist\"\\fR"));
+    /* the template's marker line is replaced, the rest kept as is */
+    char *filled = tq_spec_doc_fill("# title\nbefore\n@SPEC_REFERENCE@\nafter\n", TQ_DOC_MARKDOWN);
+    assert_non_null(filled);
+    assert_int_equal(strncmp(filled, "# title\nbefore\n", 15), 0);
+    assert_int_equal(strncmp(filled + 15, md, strlen(md)), 0);
+    assert_string_equal(filled + 15 + strlen(md), "after\n");
+    free(filled);
+    filled = tq_spec_doc_fill(".SH SPEC\n.\\\" @SPEC_REFERENCE@\n.SH NEXT\n", TQ_DOC_MAN);
+    assert_non_null(filled);
+    assert_int_equal(strncmp(filled, ".SH SPEC\n", 9), 0);
+    assert_int_equal(strncmp(filled + 9, man, strlen(man)), 0);
+    assert_string_equal(filled + 9 + strlen(man), ".SH NEXT\n");
+    free(filled);
+    assert_null(tq_spec_doc_fill("no marker\n", TQ_DOC_MAN));
+    free(man);
+    free(md);
+}
+
+static char *slurp(const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long len = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *buf = malloc((size_t)len + 1);
+    if (buf && fread(buf, 1, (size_t)len, f) != (size_t)len) { free(buf); buf = NULL; }
+    if (buf) buf[len] = 0;
+    fclose(f);
+    return buf;
+}
+
+/* The committed docs/spec.md and docs/trainq.1 are what the table and the templates make. */
+static void check_generated(const char *tmpl_path, const char *out_path, int format) {
+    char a[256], b[256];
+    const char *roots[] = { "", "../../" };   /* the repository root (make unit), or tests/unit */
+    char *tmpl = NULL, *committed = NULL;
+    for (size_t r = 0; r < 2 && !tmpl; r++) {
+        snprintf(a, sizeof a, "%s%s", roots[r], tmpl_path);
+        snprintf(b, sizeof b, "%s%s", roots[r], out_path);
+        tmpl = slurp(a);
+        if (tmpl) committed = slurp(b);
+    }
+    if (!tmpl) fail_msg("%s not found: run the test from the repository root", tmpl_path);
+    if (!committed) fail_msg("%s is missing: run `make docs`", out_path);
+    char *want = tq_spec_doc_fill(tmpl, format);
+    assert_non_null(want);
+    if (strcmp(want, committed)) {
+        int line = 1;
+        const char *p = want, *q = committed;
+        while (*p && *p == *q) { if (*p == '\n') line++; p++; q++; }
+        fail_msg("%s differs from what %s and train/spec.c's field table generate (first at line %d): "
+                 "run `make docs`", out_path, tmpl_path, line);
+    }
+    free(want);
+    free(tmpl);
+    free(committed);
+}
+
+static void test_docs_up_to_date(void **state) {
+    (void)state;
+    check_generated("docs/spec.md.in", "docs/spec.md", TQ_DOC_MARKDOWN);
+    check_generated("docs/trainq.1.in", "docs/trainq.1", TQ_DOC_MAN);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_defaults),
@@ -1101,6 +1456,11 @@ int main(void) {
         cmocka_unit_test(test_batch_candidates),
         cmocka_unit_test(test_rendering),
         cmocka_unit_test(test_round_trip),
+        cmocka_unit_test(test_did_you_mean),
+        cmocka_unit_test(test_doc_covers_parser),
+        cmocka_unit_test(test_doc_table),
+        cmocka_unit_test(test_doc_rendering),
+        cmocka_unit_test(test_docs_up_to_date),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
