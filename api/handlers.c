@@ -118,6 +118,14 @@ static cJSON *job_json(const tq_api *a, const tq_job *j) {
         cJSON_AddBoolToObject(b, "auto", cJSON_IsString(bs));
     }
     cJSON_AddNumberToObject(o, "interruptions", j->interruptions);
+    cJSON_AddNumberToObject(o, "requeues", j->requeues);
+    if (j->requeued_at > 0) {
+        char t[32];
+        tq_rfc3339(j->requeued_at, t);
+        cJSON_AddStringToObject(o, "requeued_at", t);
+    } else {
+        cJSON_AddNullToObject(o, "requeued_at");
+    }
     char log[48];
     snprintf(log, sizeof log, "/v1/jobs/%lld/log", (long long)j->id);
     cJSON_AddStringToObject(o, "log", log);
@@ -139,11 +147,19 @@ static cJSON *job_json(const tq_api *a, const tq_job *j) {
         cJSON_AddNumberToObject(wf, "needs_bytes", (double)w.needs);
         cJSON_AddNumberToObject(wf, "free_bytes", (double)w.free);
         if (w.behind > 0) cJSON_AddNumberToObject(wf, "behind", (double)w.behind);
+        if (!strcmp(w.reason, "dependency")) {   /* the jobs of its after that have not succeeded yet */
+            cJSON *af = cJSON_AddArrayToObject(wf, "after");
+            for (int k = 0; k < w.nafter && k < 16; k++) cJSON_AddItemToArray(af, cJSON_CreateNumber((double)w.after[k]));
+        }
     } else {
         cJSON_AddNullToObject(o, "waiting_for");
     }
     return o;
 }
+
+/* The same object for the event stream's last event (sse.c): a stream's "job" is what GET
+ * /v1/jobs/{id} answers, not render.c's core of it. */
+cJSON *tq_api_job_json(const tq_api *a, const tq_job *j) { return job_json(a, j); }
 
 /* answers the job `id` with `status` (200/201), or 404 */
 static enum MHD_Result send_job(tq_ctx *c, tq_store *s, int64_t id, unsigned status) {
@@ -287,6 +303,20 @@ static enum MHD_Result submit_planned(tq_ctx *c, tq_spec *spp, const tq_peer *pp
         if (old > 0) return send_job(c, s, old, MHD_HTTP_OK);
     }
 
+    /* "after": every job it runs after must exist (the queue checks again as it inserts) */
+    for (int k = 0; k < sp.n_after; k++) {
+        tq_job dep;
+        int drc = tq_queue_get(s, sp.after[k], &dep);
+        if (drc < 0) return tq_send_store_error(c, s, drc);
+        if (drc == 0) {
+            char field[24];
+            snprintf(field, sizeof field, "after[%d]", k);
+            return tq_send_error(c, MHD_HTTP_UNPROCESSABLE_CONTENT, "invalid_dependency", field,
+                                 "after[%d]: there is no job %lld to run after", k, (long long)sp.after[k]);
+        }
+        tq_job_free(&dep);
+    }
+
     /* where it may run: the one device resolver over the devices this daemon serves */
     tq_ledger_dev devs[TQ_LEDGER_MAX_DEVICES];
     int ndev = ledger_devices(c->api, devs);
@@ -368,6 +398,13 @@ static enum MHD_Result submit_planned(tq_ctx *c, tq_spec *spp, const tq_peer *pp
                                 peer.known ? peer.user : NULL, peer.known ? (int64_t)peer.uid : -1,
                                 inputs_json && strcmp(inputs_json, "[]") ? inputs_json : NULL, &id, &existed);
     free(spec_json);
+    if (rc == TQ_STORE_EDEPENDENCY) {   /* a job of after was deleted since the check above */
+        char field[24] = "";
+        int k;
+        if (sscanf(tq_store_errmsg(s), "after[%d]", &k) == 1) snprintf(field, sizeof field, "after[%d]", k);
+        return tq_send_error(c, MHD_HTTP_UNPROCESSABLE_CONTENT, "invalid_dependency", field[0] ? field : NULL,
+                             "%s", tq_store_errmsg(s));
+    }
     if (rc) return tq_send_store_error(c, s, rc);
     return send_job(c, s, id, existed ? MHD_HTTP_OK : MHD_HTTP_CREATED);
 }
@@ -520,6 +557,121 @@ enum MHD_Result tq_h_cancel(tq_ctx *c) {
     return send_job(c, s, c->id, MHD_HTTP_OK);
 }
 
+/* ---- POST /v1/jobs/{id}/requeue -------------------------------------------------------- */
+
+/* Whether job j may go back to the queue: 1, or 0 answered — 409 for a state or a failure that
+ * a requeue cannot help, 422 when the devices this daemon serves now cannot run it (what
+ * submission checks). */
+static int requeue_allowed(tq_ctx *c, const tq_job *j, enum MHD_Result *ans) {
+    long long id = (long long)j->id;
+    if (!strcmp(j->state, "queued") || !strcmp(j->state, "running")) {
+        *ans = tq_send_error(c, MHD_HTTP_CONFLICT, "not_finished", NULL,
+                             "job %lld is %s: only a failed or cancelled job can be requeued%s", id, j->state,
+                             !strcmp(j->state, "running") ? " (to restart it, cancel it and requeue it: it resumes "
+                             "from the checkpoint the cancel writes)" : "");
+        return 0;
+    }
+    if (!strcmp(j->state, "succeeded")) {
+        *ans = tq_send_error(c, MHD_HTTP_CONFLICT, "already_succeeded", NULL,
+                             "job %lld succeeded: there is nothing to resume (its model is GET /v1/jobs/%lld/model); "
+                             "submit its spec again to train it anew", id, id);
+        return 0;
+    }
+    /* failures that would only repeat: the spec or its inputs, not the run, are at fault */
+    static const struct { const char *code, *why; } permanent[] = {
+        { "invalid_spec", "its stored spec cannot run; submit a corrected spec" },
+        { "memory_limit", "its plan is over its max_memory_mb, which a requeue does not change; submit it "
+                          "again with a larger max_memory_mb" },
+        { "input_changed", "its data_dir or init_from is no longer the file submission checked for its owner; "
+                           "submit it again to have the file checked" },
+    };
+    for (size_t k = 0; k < sizeof permanent / sizeof permanent[0]; k++)
+        if (!strcmp(j->error_code, permanent[k].code)) {
+            *ans = tq_send_error(c, MHD_HTTP_CONFLICT, "not_requeueable", NULL,
+                                 "job %lld failed with %s, which a requeue would repeat: %s", id, j->error_code,
+                                 permanent[k].why);
+            return 0;
+        }
+    tq_spec sp;
+    tq_spec_err se;
+    if (!j->spec || tq_spec_parse(&sp, j->spec, &se)) {
+        *ans = tq_send_error(c, MHD_HTTP_CONFLICT, "not_requeueable", NULL,
+                             "job %lld cannot run again: its stored spec is invalid (%s: %s); submit a corrected spec",
+                             id, j->spec ? se.field : "spec", j->spec ? se.message : "missing");
+        return 0;
+    }
+    /* the devices served now (the daemon may have restarted with others, or smaller budgets) */
+    tq_ledger_dev devs[TQ_LEDGER_MAX_DEVICES];
+    int ndev = ledger_devices(c->api, devs);
+    if (ndev == 0) return 1;
+    char ids[TQ_LEDGER_MAX_DEVICES][TQ_DEV_ID_MAX];
+    for (int i = 0; i < ndev; i++) memcpy(ids[i], devs[i].id, TQ_DEV_ID_MAX);
+    tq_devsel want;
+    int cand[TQ_LEDGER_MAX_DEVICES], nc = 0;
+    if (tq_devsel_parse(sp.device, &want) == 0) nc = tq_devsel_candidates(&want, ids, ndev, cand);
+    if (nc == 0) {
+        char served[200];
+        served_list(devs, ndev, served, sizeof served);
+        *ans = tq_send_error(c, MHD_HTTP_UNPROCESSABLE_CONTENT, "device_unavailable", "device",
+                             "job %lld asks for device \"%s\", but this daemon serves %s (--devices %s)", id,
+                             sp.device, served[0] ? served : "no device", c->api->devices);
+        return 0;
+    }
+    int fits = 0, known = 0, big = cand[0];
+    for (int k = 0; k < nc; k++) {
+        const tq_ledger_dev *d = &devs[cand[k]];
+        long long need = d->gpu ? j->planned_gpu_bytes : j->planned_cpu_bytes;
+        if (need < 0) continue;   /* a job from before plans were kept: placement decides */
+        known = 1;
+        if (need <= d->budget) fits = 1;
+        if (d->budget > devs[big].budget) big = cand[k];
+    }
+    if (known && !fits) {
+        long long need = devs[big].gpu ? j->planned_gpu_bytes : j->planned_cpu_bytes;
+        *ans = tq_send_error(c, MHD_HTTP_UNPROCESSABLE_CONTENT, "cannot_fit", NULL,
+                             "job %lld plans %lld bytes (%.1f MiB), more than the memory budget of %s, %lld bytes "
+                             "(%.1f MiB), the largest of the devices it may use", id, need, need / 1048576.0,
+                             devs[big].id, devs[big].budget, devs[big].budget / 1048576.0);
+        return 0;
+    }
+    return 1;
+}
+
+enum MHD_Result tq_h_requeue(tq_ctx *c) {
+    CHECK_QUERY(c, no_params);
+    tq_store *s = tq_api_store(c);
+    if (!s) return NO_STORE(c);
+    tq_peer peer;
+    tq_ctx_peer(c, &peer);
+    enum MHD_Result ans;
+    tq_job j;
+    if (!may_write(c, &peer, &ans) || !job_for(c, s, &peer, "requeue", &j, &ans)) return ans;
+    int ok = requeue_allowed(c, &j, &ans);
+    int damaged = ok && !strcmp(j.error_code, "invalid_checkpoint");
+    tq_job_free(&j);
+    if (!ok) return ans;
+    if (damaged && c->api->jobs_dir[0]) {
+        /* a checkpoint resume cannot read: kept aside, and the job starts again from step 0 (its
+         * recorded steps are recomputed, and each stays recorded once) */
+        char from[1200], to[1300];
+        snprintf(from, sizeof from, "%s/%lld/checkpoint.safetensors", c->api->jobs_dir, (long long)c->id);
+        snprintf(to, sizeof to, "%s.damaged", from);
+        if (rename(from, to) && errno != ENOENT)
+            return tq_send_error(c, MHD_HTTP_INTERNAL_SERVER_ERROR, "internal", NULL,
+                                 "job %lld: cannot move its damaged checkpoint %s aside: %s", (long long)c->id, from,
+                                 strerror(errno));
+    }
+    char was[16];
+    int rc = tq_queue_requeue_finished(s, c->id, was);
+    if (rc == TQ_STORE_ECONFLICT)   /* it changed since the checks above */
+        return tq_send_error(c, MHD_HTTP_CONFLICT, !strcmp(was, "succeeded") ? "already_succeeded" : "not_finished",
+                             NULL, "%s", tq_store_errmsg(s));
+    if (rc == TQ_STORE_EDEPENDENCY)
+        return tq_send_error(c, MHD_HTTP_CONFLICT, "dependency_failed", "after", "%s", tq_store_errmsg(s));
+    if (rc) return tq_send_store_error(c, s, rc);
+    return send_job(c, s, c->id, MHD_HTTP_OK);
+}
+
 static int rm_one(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {
     (void)sb; (void)flag; (void)ftw;
     if (remove(path) && errno != ENOENT) fprintf(stderr, "trainq api: removing %s: %s\n", path, strerror(errno));
@@ -561,16 +713,36 @@ enum MHD_Result tq_h_model(tq_ctx *c) {
     int rc = tq_queue_get(s, c->id, &j);
     if (rc < 0) return tq_send_store_error(c, s, rc);
     if (rc == 0) return tq_send_error(c, MHD_HTTP_NOT_FOUND, "not_found", NULL, "no job %lld", (long long)c->id);
-    tq_job_free(&j);
     char path[1200];
     snprintf(path, sizeof path, "%s/%lld/model.safetensors", c->api->jobs_dir, (long long)c->id);
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     struct stat st;
     if (fd < 0 || fstat(fd, &st) || !S_ISREG(st.st_mode)) {
         if (fd >= 0) close(fd);
-        return tq_send_error(c, MHD_HTTP_NOT_FOUND, "not_found", NULL,
-                             "job %lld has no model yet (it is written when the job succeeds)", (long long)c->id);
+        /* no model: not yet (404: it may come), or never in this state (409: requeue it) */
+        long long id = (long long)c->id, step = j.has_latest ? (long long)j.latest.step : 0;
+        enum MHD_Result r;
+        if (!strcmp(j.state, "cancelled"))
+            r = tq_send_error(c, MHD_HTTP_CONFLICT, "no_model", NULL,
+                              "job %lld was cancelled at step %lld; it will never have a model — requeue it to "
+                              "finish (POST /v1/jobs/%lld/requeue resumes it from its checkpoint)", id, step, id);
+        else if (!strcmp(j.state, "failed"))
+            r = tq_send_error(c, MHD_HTTP_CONFLICT, "no_model", NULL,
+                              "job %lld failed at step %lld (%s: %.300s); it will never have a model — requeue it "
+                              "to try again from its checkpoint (POST /v1/jobs/%lld/requeue)", id, step,
+                              j.error_code[0] ? j.error_code : "no error code",
+                              j.error_message ? j.error_message : "no message", id);
+        else if (!strcmp(j.state, "succeeded"))
+            r = tq_send_error(c, MHD_HTTP_NOT_FOUND, "no_model", NULL,
+                              "job %lld succeeded, but its model file %s is gone (removed by hand?)", id, path);
+        else
+            r = tq_send_error(c, MHD_HTTP_NOT_FOUND, "no_model", NULL,
+                              "job %lld is %s (step %lld): not yet — its model is written when it succeeds", id,
+                              j.state, step);
+        tq_job_free(&j);
+        return r;
     }
+    tq_job_free(&j);
     struct MHD_Response *r = MHD_create_response_from_fd((uint64_t)st.st_size, fd);
     if (!r) { close(fd); return MHD_NO; }
     MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "application/octet-stream");

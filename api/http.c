@@ -50,6 +50,7 @@ static const route routes[] = {
     { "GET",    "/v1/jobs/{id}/evals",   tq_h_evals },
     { "GET",    "/v1/jobs/{id}/events",  tq_h_events },
     { "POST",   "/v1/jobs/{id}/cancel",  tq_h_cancel },
+    { "POST",   "/v1/jobs/{id}/requeue", tq_h_requeue },
     { "GET",    "/v1/jobs/{id}/model",   tq_h_model },
     { "GET",    "/v1/jobs/{id}/log",     tq_h_log },
     { "GET",    "/v1/compare",           tq_h_compare },

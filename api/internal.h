@@ -90,6 +90,7 @@ int tq_query_int(tq_ctx *, const char *key, long long lo, long long hi, long lon
 
 /* render.c */
 cJSON *tq_job_json(const tq_job *);
+cJSON *tq_api_job_json(const tq_api *, const tq_job *);   /* the API's job object (handlers.c) */
 void tq_rfc3339(int64_t ms, char out[32]);
 char *tq_steps_csv(const tq_step_rec *v, int n, size_t *len);   /* malloc'd */
 
@@ -101,6 +102,7 @@ enum MHD_Result tq_h_delete(tq_ctx *);
 enum MHD_Result tq_h_steps(tq_ctx *);
 enum MHD_Result tq_h_evals(tq_ctx *);
 enum MHD_Result tq_h_cancel(tq_ctx *);
+enum MHD_Result tq_h_requeue(tq_ctx *);
 enum MHD_Result tq_h_model(tq_ctx *);
 enum MHD_Result tq_h_log(tq_ctx *);
 enum MHD_Result tq_h_users(tq_ctx *);

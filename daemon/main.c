@@ -18,15 +18,59 @@
 
 #define TQ_VERSION "0.1.0"
 
+/* each command's options (client/opts.h): its --help and its line here come from the table */
+static const tq_opt run_opts[] = {
+    { "--db", NULL, "PATH", "record the job, its steps and evals in this SQLite database (created if missing)", 0 },
+    { "--out", NULL, "DIR", "write model.safetensors and checkpoint.safetensors there", 0 },
+    { "--resume", NULL, NULL, "go on from DIR's checkpoint (needs --out DIR)", 0 },
+    { "--quiet", NULL, NULL, "no progress on stderr", 0 },
+    { NULL, NULL, NULL, NULL, 0 }
+};
+static const tq_cmd_doc run_doc = {
+    "run", "SPEC.json",
+    "  Trains SPEC.json (- reads stdin) here, in this process, without a daemon: progress on\n"
+    "  stderr, the summary as one JSON line on stdout.\n",
+    run_opts,
+    "exit: 0 succeeded, 1 the job failed (error.code on stderr and in the summary), 2 bad usage or an\n"
+    "invalid spec (naming the field)\n",
+    0
+};
+static const tq_opt plan_opts[] = {
+    { "--memory-mb", NULL, "MB", "the memory cap in MiB: \"batch_size\": \"auto\" picks against it, any other spec adds "
+                                 "\"fits\"", 0 },
+    { NULL, NULL, NULL, NULL, 0 }
+};
+static const tq_cmd_doc plan_doc = {
+    "plan", "SPEC.json",
+    "  Prints the memory plan of SPEC.json as JSON: bytes by category, total_bytes (training),\n"
+    "  data_bytes (the dataset), planned_peak_bytes (their sum), batch_size x accum_steps =\n"
+    "  effective_batch.\n"
+    "  With \"batch_size\": \"auto\" the micro-batch is the largest divisor of effective_batch\n"
+    "  whose planned_peak_bytes fit MB MiB (default: the spec's max_memory_mb, else half of the\n"
+    "  available memory on the CPU); exit 1 (cannot_fit) when even the smallest does not.\n"
+    "  For any other spec --memory-mb (or max_memory_mb) only adds \"fits\": true/false.\n",
+    plan_opts, NULL, TQ_OPTS_EQ
+};
+static const tq_opt no_opts[] = { { NULL, NULL, NULL, NULL, 0 } };
+static const tq_cmd_doc devices_doc = {
+    "devices", NULL,
+    "  The devices this binary can train on, as JSON on stdout (id, backend, name, memory), and\n"
+    "  one line per device, or why there is no GPU, on stderr.\n",
+    no_opts, NULL, 0
+};
+static const tq_cmd_doc version_doc = {
+    "version", NULL, "  Prints \"trainq VERSION\" (also: trainq --version).\n", no_opts, NULL, 0
+};
+
 static void usage(FILE *f) {
-    fprintf(f,
-        "usage: trainq run SPEC.json [--db PATH] [--out DIR] [--resume] [--quiet]\n"
-        "       trainq plan SPEC.json [--memory-mb MB]\n"
-        "       trainq devices\n"
-        "       trainq version\n"
-        "       trainq serve [--db PATH] [--listen HOST:PORT] [--devices auto|cpu,cuda:N...] [--socket PATH] [--config FILE] ...   (trainq serve --help)\n"
-        "       trainq worker --db PATH --job ID   (internal: started by serve)\n");
+    tq_opts_synopsis(f, &run_doc, "usage: ");
+    tq_opts_synopsis(f, &plan_doc, "       ");
+    tq_opts_synopsis(f, &devices_doc, "       ");
+    tq_opts_synopsis(f, &version_doc, "       ");
+    tq_opts_synopsis(f, &tq_doc_serve, "       ");
+    tq_opts_synopsis(f, &tq_doc_worker, "       ");
     tq_client_usage(f);
+    fprintf(f, "trainq COMMAND --help: what the command does and each of its options\n");
 }
 
 static char *read_file(const char *path, char *err, size_t errlen) {
@@ -163,16 +207,18 @@ static int cb_stop(void *ctx) { (void)ctx; return g_stop ? 1 : 0; }
 static int cmd_run(int argc, char **argv) {
     const char *spec_path = NULL, *db_path = NULL, *out = NULL;
     int resume = 0, quiet = 0;
+    int rc0 = tq_opts_check(&run_doc, argc, argv);
+    if (rc0 >= 0) return rc0;
     for (int i = 0; i < argc; i++) {
         if (!strcmp(argv[i], "--db") && i + 1 < argc) db_path = argv[++i];
         else if (!strcmp(argv[i], "--out") && i + 1 < argc) out = argv[++i];
         else if (!strcmp(argv[i], "--resume")) resume = 1;
         else if (!strcmp(argv[i], "--quiet")) quiet = 1;
-        else if (argv[i][0] == '-' && argv[i][1]) { fprintf(stderr, "trainq run: unknown option %s\n", argv[i]); usage(stderr); return 2; }
+        else if (argv[i][0] == '-' && argv[i][1]) { fprintf(stderr, "trainq run: unknown option %s (trainq run --help)\n", argv[i]); return 2; }
         else if (!spec_path) spec_path = argv[i];
         else { fprintf(stderr, "trainq run: unexpected argument %s\n", argv[i]); return 2; }
     }
-    if (!spec_path) { usage(stderr); return 2; }
+    if (!spec_path) { fprintf(stderr, "trainq run: which spec? (a JSON file, or - for stdin; trainq run --help)\n"); return 2; }
     if (resume && !out) { fprintf(stderr, "trainq run: --resume needs --out DIR (where the checkpoint is)\n"); return 2; }
     tq_spec sp;
     int rc = load_spec(spec_path, &sp);
@@ -243,18 +289,6 @@ static int cmd_run(int argc, char **argv) {
     return strcmp(sum.state, "failed") ? 0 : 1;
 }
 
-static void plan_usage(FILE *f) {
-    fprintf(f,
-        "usage: trainq plan SPEC.json [--memory-mb MB]\n"
-        "  Prints the memory plan of SPEC.json as JSON: bytes by category, total_bytes (training),\n"
-        "  data_bytes (the dataset), planned_peak_bytes (their sum), batch_size x accum_steps =\n"
-        "  effective_batch.\n"
-        "  With \"batch_size\": \"auto\" the micro-batch is the largest divisor of effective_batch\n"
-        "  whose planned_peak_bytes fit MB MiB (default: the spec's max_memory_mb, else half of the\n"
-        "  available memory on the CPU); exit 1 (cannot_fit) when even the smallest does not.\n"
-        "  For any other spec --memory-mb (or max_memory_mb) only adds \"fits\": true/false.\n");
-}
-
 /* A positive integer option value (MiB) into *mb; 0 on success. */
 static int parse_mb(const char *v, long long *mb) {
     char *end = NULL;
@@ -268,8 +302,9 @@ static int parse_mb(const char *v, long long *mb) {
 static int cmd_plan(int argc, char **argv) {
     const char *spec_path = NULL;
     long long flag_mb = 0;
+    int rc0 = tq_opts_check(&plan_doc, argc, argv);
+    if (rc0 >= 0) return rc0;
     for (int i = 0; i < argc; i++) {
-        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) { plan_usage(stdout); return 0; }
         if (!strcmp(argv[i], "--memory-mb") || !strncmp(argv[i], "--memory-mb=", 12)) {
             const char *v = argv[i][11] == '=' ? argv[i] + 12 : i + 1 < argc ? argv[++i] : NULL;
             if (!v) { fprintf(stderr, "trainq plan: --memory-mb needs a value (MiB)\n"); return 2; }
@@ -279,13 +314,12 @@ static int cmd_plan(int argc, char **argv) {
                 return 2;
             }
         } else if (argv[i][0] == '-' && argv[i][1]) {
-            fprintf(stderr, "trainq plan: unknown option %s\n", argv[i]);
-            plan_usage(stderr);
+            fprintf(stderr, "trainq plan: unknown option %s (trainq plan --help)\n", argv[i]);
             return 2;
         } else if (!spec_path) spec_path = argv[i];
         else { fprintf(stderr, "trainq plan: unexpected argument %s\n", argv[i]); return 2; }
     }
-    if (!spec_path) { plan_usage(stderr); return 2; }
+    if (!spec_path) { fprintf(stderr, "trainq plan: which spec? (a JSON file, or - for stdin; trainq plan --help)\n"); return 2; }
     tq_spec sp;
     int rc = load_spec(spec_path, &sp);
     if (rc) return rc;
@@ -324,7 +358,9 @@ static int cmd_plan(int argc, char **argv) {
 /* `trainq devices`: the backends this binary can use, as JSON on stdout, and one line per
  * device (or the one-line reason there is no GPU) on stderr. The supervisor runs it as a
  * short-lived probe so that it never initialises CUDA itself. */
-static int cmd_devices(void) {
+static int cmd_devices(int argc, char **argv) {
+    int rc0 = tq_opts_check(&devices_doc, argc, argv);
+    if (rc0 >= 0) return rc0;
     cJSON *o = cJSON_CreateObject();
     cJSON *arr = cJSON_AddArrayToObject(o, "devices");
     char why[256] = "";
@@ -371,11 +407,16 @@ int main(int argc, char **argv) {
     const char *cmd = argv[1];
     if (!strcmp(cmd, "run")) return cmd_run(argc - 2, argv + 2);
     if (!strcmp(cmd, "plan")) return cmd_plan(argc - 2, argv + 2);
-    if (!strcmp(cmd, "devices")) return cmd_devices();
+    if (!strcmp(cmd, "devices")) return cmd_devices(argc - 2, argv + 2);
     if (!strcmp(cmd, "serve")) return tq_cmd_serve(argc - 2, argv + 2);
     if (!strcmp(cmd, "worker")) return tq_cmd_worker(argc - 2, argv + 2);
     if (tq_client_is_command(cmd)) return tq_client_main(argc - 1, argv + 1);   /* client/ */
-    if (!strcmp(cmd, "version") || !strcmp(cmd, "--version")) { printf("trainq %s\n", TQ_VERSION); return 0; }
+    if (!strcmp(cmd, "version") || !strcmp(cmd, "--version")) {
+        int rc0 = tq_opts_check(&version_doc, argc - 2, argv + 2);
+        if (rc0 >= 0) return rc0;
+        printf("trainq %s\n", TQ_VERSION);
+        return 0;
+    }
     if (!strcmp(cmd, "help") || !strcmp(cmd, "--help") || !strcmp(cmd, "-h")) { usage(stdout); return 0; }
     fprintf(stderr, "trainq: unknown command \"%s\"\n", cmd);
     usage(stderr);

@@ -12,6 +12,7 @@ const char *tq_wait_name(tq_wait w) {
     case TQ_WAIT_NEVER: return "never";
     case TQ_WAIT_NO_DEVICE: return "no_device";
     case TQ_WAIT_USER: return "user_limit";
+    case TQ_WAIT_DEPENDENCY: return "dependency";
     }
     return "?";
 }
@@ -43,6 +44,20 @@ int tq_sched_place(tq_sched_dev *devs, int ndev, const tq_sched_job *q, int nq,
         int cand[TQ_SCHED_MAX_DEVICES];
         int nc = tq_devsel_candidates(&j->want, ids, ndev, cand);
         if (nc == 0) { o->wait = TQ_WAIT_NO_DEVICE; continue; }
+        if (j->deps_pending > 0) {   /* waits for its dependencies, holding nothing */
+            int d0 = cand[0], holdable = 0;
+            for (int k = 0; k < nc; k++) {
+                if (need_on(j, &devs[cand[k]]) <= devs[cand[k]].budget) holdable = 1;
+                if (devs[cand[k]].budget > devs[d0].budget) d0 = cand[k];
+            }
+            o->wait = holdable ? TQ_WAIT_DEPENDENCY : TQ_WAIT_NEVER;
+            if (!holdable) {
+                o->dev = d0;
+                o->needs = need_on(j, &devs[d0]);
+                o->free = devs[d0].budget;
+            }
+            continue;
+        }
         if (pol->max_per_user > 0 && pol->user_running && j->user >= 0 &&
             pol->user_running[j->user] >= pol->max_per_user) {
             o->wait = TQ_WAIT_USER;

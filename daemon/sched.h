@@ -22,6 +22,10 @@
  * - max_running_per_user: a job whose owner already runs that many jobs waits (TQ_WAIT_USER)
  *   and holds nothing; the queue's order among equal priorities is the fair-share order the
  *   caller gives (the owner with the least recent device time first).
+ * - Dependencies: a job whose "after" lists a job that has not succeeded yet waits
+ *   (TQ_WAIT_DEPENDENCY) and holds nothing — later jobs are placed as if it were not there —
+ *   unless it could never fit anywhere (TQ_WAIT_NEVER, as for any job). Its backfill clock starts
+ *   when it becomes eligible (the caller's waited_s).
  * - CPU jobs split the cores: a CPU job without its own `threads` gets the cores divided by the
  *   number of CPU jobs running once it starts (at least 1). */
 #ifndef TQ_SCHED_H
@@ -48,6 +52,7 @@ typedef struct {
     double waited_s;                /* time in the queue */
     int threads;                    /* the spec's threads, 0: share the cores */
     int user;                       /* index into the policy's user_running[], -1: no owner */
+    int deps_pending;               /* jobs of its "after" not succeeded yet: > 0 waits */
 } tq_sched_job;
 
 typedef enum {
@@ -58,6 +63,7 @@ typedef enum {
     TQ_WAIT_NEVER,          /* the plan exceeds the budget of every device it may use */
     TQ_WAIT_NO_DEVICE,      /* this daemon serves no device the job may use */
     TQ_WAIT_USER,           /* its owner runs max_running_per_user jobs already */
+    TQ_WAIT_DEPENDENCY,     /* a job of its "after" has not succeeded yet */
 } tq_wait;
 
 typedef struct {
@@ -81,6 +87,7 @@ typedef struct {
 int tq_sched_place(tq_sched_dev *devs, int ndev, const tq_sched_job *q, int nq,
                    const tq_sched_policy *pol, tq_sched_out *out);
 
-/* "memory", "max_jobs", "priority", "never", "no_device", "user_limit", or "" for TQ_WAIT_NONE */
+/* "memory", "max_jobs", "priority", "never", "no_device", "user_limit", "dependency", or "" for
+ * TQ_WAIT_NONE */
 const char *tq_wait_name(tq_wait w);
 #endif

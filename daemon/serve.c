@@ -71,15 +71,45 @@ typedef struct {
  * line gave (they win over the config file) */
 enum { K_DB, K_LISTEN, K_DEVICES, K_MAX_JOBS, K_RESERVE, K_CPU_MEM, K_BACKFILL, K_SOCKET, K_FAIR,
        K_MAXUSER, K_ADMIN, K_PRIVATE, K_REMOTE, K_HEADER, K_COUNT };
-static const struct { const char *flag, *key; } keys[K_COUNT] = {
-    { "--db", "db" }, { "--listen", "listen" }, { "--devices", "devices" },
-    { "--max-jobs-per-device", "max_jobs_per_device" }, { "--gpu-reserve-mb", "gpu_reserve_mb" },
-    { "--cpu-memory-mb", "cpu_memory_mb" }, { "--backfill-window", "backfill_window" },
-    { "--socket", "socket" }, { "--fair-share-window", "fair_share_window" },
-    { "--max-running-per-user", "max_running_per_user" }, { "--admin-group", "admin_group" },
-    { "--private-jobs", "private_jobs" }, { "--allow-remote-writes", "allow_remote_writes" },
-    { "--header-timeout", "header_timeout" },
+static const char *const keys[K_COUNT] = {   /* each one's config-file key */
+    [K_DB] = "db", [K_LISTEN] = "listen", [K_DEVICES] = "devices", [K_MAX_JOBS] = "max_jobs_per_device",
+    [K_RESERVE] = "gpu_reserve_mb", [K_CPU_MEM] = "cpu_memory_mb", [K_BACKFILL] = "backfill_window",
+    [K_SOCKET] = "socket", [K_FAIR] = "fair_share_window", [K_MAXUSER] = "max_running_per_user",
+    [K_ADMIN] = "admin_group", [K_PRIVATE] = "private_jobs", [K_REMOTE] = "allow_remote_writes",
+    [K_HEADER] = "header_timeout",
 };
+/* ...and its flag, the value's name and its line of `trainq serve --help` (client/opts.h), in
+ * the same order; then the flags that are no config key */
+static const tq_opt serve_opts[] = {
+    [K_DB] = { "--db", NULL, "PATH", "the SQLite database, jobs/ID/ beside it (var/trainq.db)", 0 },
+    [K_LISTEN] = { "--listen", NULL, "HOST:PORT", "the HTTP API's address (127.0.0.1:8470; keep it on loopback)", 0 },
+    [K_DEVICES] = { "--devices", NULL, "auto|cpu,cuda:N,...", "the devices that run jobs (auto: every GPU and the CPU)", 0 },
+    [K_MAX_JOBS] = { "--max-jobs-per-device", NULL, "N", "jobs at once on a device (4 on a GPU, 1 on the CPU; sets both)", 0 },
+    [K_RESERVE] = { "--gpu-reserve-mb", NULL, "MB", "each GPU's memory kept out of its budget (1024)", 0 },
+    [K_CPU_MEM] = { "--cpu-memory-mb", NULL, "MB", "the CPU's budget (half of MemAvailable at start)", 0 },
+    [K_BACKFILL] = { "--backfill-window", NULL, "DURATION", "a job that does not fit lets smaller ones pass this long (10m)", 0 },
+    [K_SOCKET] = { "--socket", NULL, "PATH|none", "the unix socket for local users (trainq.sock beside the database)", 0 },
+    [K_FAIR] = { "--fair-share-window", NULL, "DURATION", "equal priorities: least device time over it first (24h; 0 off)", 0 },
+    [K_MAXUSER] = { "--max-running-per-user", NULL, "N", "running jobs per user at most (0: no limit)", 0 },
+    [K_ADMIN] = { "--admin-group", NULL, "GROUP", "its members may cancel and delete any job (trainq-admin)", 0 },
+    [K_PRIVATE] = { "--private-jobs", NULL, "true|false", "only a job's owner and admins may read it (false)", 0 },
+    [K_REMOTE] = { "--allow-remote-writes", NULL, "true|false", "other hosts may submit and cancel (false: read-only)", 0 },
+    [K_HEADER] = { "--header-timeout", NULL, "DURATION", "a request's headers and body must arrive within it (10s)", 0 },
+    [K_COUNT] = { "--config", NULL, "FILE", "KEY=VALUE lines, one key per option above (max_jobs_per_device=2)", 0 },
+    { NULL, NULL, NULL, NULL, 0 }
+};
+const tq_cmd_doc tq_doc_serve = {
+    "serve", NULL,
+    "  The daemon: runs the jobs of the SQLite queue on its devices, each in its own worker\n"
+    "  process, packed by their memory plans, and answers the HTTP/JSON API and the dashboard.\n"
+    "  Defaults in parentheses; the command line wins over --config. README.md and docs/api.md\n"
+    "  say what each option does.\n",
+    serve_opts,
+    "exit: 0 stopped by SIGTERM/SIGINT (running jobs checkpointed and requeued), 1 cannot start\n"
+    "(the database, the address), 2 bad usage or configuration\n",
+    0
+};
+
 static char *cfg_field(serve_cfg *c, int k, size_t *n) {
     switch (k) {
     case K_DB: *n = sizeof c->db; return c->db;
@@ -135,7 +165,7 @@ static int read_config(serve_cfg *c, const int set[K_COUNT]) {
         *eq = 0;
         char *k = trim(p), *v = trim(eq + 1);
         int key = -1;
-        for (int i = 0; i < K_COUNT; i++) if (!strcmp(k, keys[i].key)) key = i;
+        for (int i = 0; i < K_COUNT; i++) if (!strcmp(k, keys[i])) key = i;
         if (key >= 0) {
             size_t len;
             char *field = cfg_field(c, key, &len);
@@ -464,7 +494,7 @@ static pid_t spawn_worker(const char *db, int64_t id, const char *device, int th
         closefrom(3);
     }
     execve("/proc/self/exe", args, env ? env : environ);
-    _exit(127);
+    _exit(TQ_WORKER_EXEC_FAILED);
 }
 
 /* ---- the supervisor -------------------------------------------------------------------- */
@@ -671,13 +701,11 @@ static void finalise(supervisor *s, int64_t id, int ws, int stopping, int report
         outcome_settle(s, &o);
         return;
     }
-    char msg[400];
-    if (WIFSIGNALED(ws))
-        snprintf(msg, sizeof msg, "the worker was killed by signal %d (%s)%s", WTERMSIG(ws),
-                 strsignal(WTERMSIG(ws)), WCOREDUMP(ws) ? ", core dumped" : "");
-    else
-        snprintf(msg, sizeof msg, "the worker exited with status %d without finishing the job", code);
+    char msg[600];
+    tq_worker_end_words(ws, msg, sizeof msg);   /* the status or signal in words (daemon.h) */
     size_t ml = strlen(msg);
+    if (!WIFSIGNALED(ws)) ml += (size_t)snprintf(msg + ml, sizeof msg - ml, ", without finishing the job");
+    if (ml >= sizeof msg) ml = sizeof msg - 1;
     snprintf(msg + ml, sizeof msg - ml, "; its output is in the job's log (GET /v1/jobs/%lld/log)", (long long)id);
     cJSON *sum = cJSON_CreateObject();
     cJSON_AddStringToObject(sum, "state", "failed");
@@ -783,6 +811,13 @@ static void status_text(const supervisor *s, char *out, size_t n) {
 static int place_round(supervisor *s) {
     tq_queued *q = NULL;
     int nq = 0;
+    /* jobs that run after one that failed, was cancelled or deleted: the queue fails them as
+     * that happens; this catches what it could not (a database edited by hand, an older daemon) */
+    int blocked = 0;
+    if (tq_queue_fail_blocked(s->st, &blocked))
+        fprintf(stderr, "trainq serve: failing jobs whose dependency failed: %s\n", tq_store_errmsg(s->st));
+    else if (blocked)
+        fprintf(stderr, "trainq serve: %d job%s failed: a job they run after failed\n", blocked, blocked == 1 ? "" : "s");
     if (tq_queue_queued_fair(s->st, 1000, (int64_t)(s->pc.fair_window_s * 1000), &q, &nq)) {
         fprintf(stderr, "trainq serve: reading the queue: %s\n", tq_store_errmsg(s->st));
         return -1;
@@ -821,8 +856,9 @@ static int place_round(supervisor *s) {
          * device (its budget: placed only where nothing runs) */
         jobs[i].need_cpu = q[i].cpu_bytes >= 0 ? q[i].cpu_bytes : cpu_budget;
         jobs[i].need_gpu = q[i].gpu_bytes >= 0 ? q[i].gpu_bytes : gpu_budget;
-        jobs[i].waited_s = now_s - q[i].created_at / 1000.0;
+        jobs[i].waited_s = now_s - q[i].eligible_at / 1000.0;   /* since it may run */
         jobs[i].threads = q[i].threads;
+        jobs[i].deps_pending = q[i].ndeps;
     }
     /* owners: an index per distinct owner of a queued job, with their running jobs */
     int *running = nq > 0 ? calloc((size_t)nq, sizeof *running) : NULL;
@@ -912,6 +948,10 @@ static int place_round(supervisor *s) {
         w->needs = o->needs;
         w->free = o->free;
         w->behind = o->behind;
+        if (o->wait == TQ_WAIT_DEPENDENCY) {
+            w->nafter = q[i].ndeps < 16 ? q[i].ndeps : 16;
+            memcpy(w->after, q[i].deps, (size_t)w->nafter * sizeof w->after[0]);
+        }
     }
     /* jobs whose end waits for the database: "running", finishing, and why */
     if (s->npend > 0) {
@@ -952,18 +992,6 @@ static int reap(supervisor *s, int stopping) {
     return n;
 }
 
-static void usage(void) {
-    fprintf(stderr, "usage: trainq serve [--db PATH] [--listen HOST:PORT] [--devices auto|cpu,cuda:0,...] [--config FILE]\n"
-                    "                    [--socket PATH|none]\n"
-                    "  placement: [--max-jobs-per-device N] [--gpu-reserve-mb MB] [--cpu-memory-mb MB]\n"
-                    "             [--backfill-window DURATION]\n"
-                    "  owners:    [--admin-group GROUP] [--private-jobs true|false] [--allow-remote-writes true|false]\n"
-                    "             [--fair-share-window DURATION] [--max-running-per-user N]\n"
-                    "  requests:  [--header-timeout DURATION]   (a request's headers and body, default 10 s)\n"
-                    "Every option is also a config-file key (--max-jobs-per-device -> max_jobs_per_device);\n"
-                    "the command line wins. README.md and docs/api.md say what each does.\n");
-}
-
 int tq_cmd_serve(int argc, char **argv) {
     serve_cfg cfg;
     memset(&cfg, 0, sizeof cfg);
@@ -971,11 +999,13 @@ int tq_cmd_serve(int argc, char **argv) {
     snprintf(cfg.listen, sizeof cfg.listen, "127.0.0.1:8470");
     snprintf(cfg.devices, sizeof cfg.devices, "auto");
     int set[K_COUNT] = {0};
+    int rc0 = tq_opts_check(&tq_doc_serve, argc, argv);
+    if (rc0 >= 0) return rc0;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         int key = -1;
-        for (int k = 0; k < K_COUNT; k++) if (!strcmp(a, keys[k].flag)) key = k;
+        for (int k = 0; k < K_COUNT; k++) if (!strcmp(a, serve_opts[k].flag)) key = k;
         if (key >= 0 && v) {
             size_t n;
             char *f = cfg_field(&cfg, key, &n);
@@ -985,8 +1015,7 @@ int tq_cmd_serve(int argc, char **argv) {
             i++;
         }
         else if (!strcmp(a, "--config") && v) { snprintf(cfg.config, sizeof cfg.config, "%s", v); i++; }
-        else if (!strcmp(a, "--help") || !strcmp(a, "-h")) { usage(); return 0; }
-        else { fprintf(stderr, "trainq serve: unknown or incomplete option %s\n", a); usage(); return 2; }
+        else { fprintf(stderr, "trainq serve: unknown or incomplete option %s (trainq serve --help)\n", a); return 2; }
     }
     if (cfg.config[0] && read_config(&cfg, set)) return 2;
     char host[256];

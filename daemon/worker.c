@@ -25,6 +25,7 @@
 #include <errno.h>
 #include <unistd.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 
 #define CANCEL_POLL_MS 200
 
@@ -176,9 +177,30 @@ static int verify_inputs(const char *inputs, tq_spec *sp, char *msg, size_t n) {
     return rc;
 }
 
+static const tq_opt worker_opts[] = {
+    { "--db", NULL, "PATH", "the daemon's database", 1 },
+    { "--job", NULL, "ID", "the job, claimed (state running) by the daemon", 1 },
+    { "--device", NULL, "cpu|cuda:N", "where the daemon placed it (default the job's device, else cpu)", 0 },
+    { "--threads", NULL, "N", "CPU threads when the job's spec sets none (its share of the cores)", 0 },
+    { "--mem-limit", NULL, "BYTES", "the most the allocator hands out (the job's planned share)", 0 },
+    { "--report-fd", NULL, "FD", "where to send the outcome when the database takes no writes", 0 },
+    { NULL, NULL, NULL, NULL, 0 }
+};
+const tq_cmd_doc tq_doc_worker = {
+    "worker", NULL,
+    "  Internal: trainq serve starts one per job, after placing it. Trains the job, writing its\n"
+    "  steps, evals and outcome to the database and its files to jobs/ID/ beside it.\n",
+    worker_opts,
+    "exit: 0 succeeded, 1 failed, 2 bad usage or the job is not running, 3 cancelled, 4 outcome\n"
+    "not recorded (sent to --report-fd), 75 stopped by SIGTERM after a checkpoint (to requeue)\n",
+    0
+};
+
 int tq_cmd_worker(int argc, char **argv) {
     const char *db_path = NULL, *device = NULL;
     long long id = 0, threads = 0, mem_limit = 0, report_fd = -1;
+    int rc0 = tq_opts_check(&tq_doc_worker, argc, argv);
+    if (rc0 >= 0) return rc0;
     for (int i = 0; i < argc; i++) {
         if (!strcmp(argv[i], "--db") && i + 1 < argc) db_path = argv[++i];
         else if (!strcmp(argv[i], "--job") && i + 1 < argc) id = atoll(argv[++i]);
@@ -191,8 +213,8 @@ int tq_cmd_worker(int argc, char **argv) {
     tq_devsel dsel;
     if (!db_path || id <= 0 || (device && (tq_devsel_parse(device, &dsel) || dsel.kind == TQ_DEV_AUTO ||
                                            dsel.kind == TQ_DEV_CUDA_ANY)) || threads < 0 || mem_limit < 0) {
-        fprintf(stderr, "usage: trainq worker --db PATH --job ID [--device cpu|cuda:N] [--threads N] [--mem-limit BYTES] [--report-fd FD]"
-                        "   (internal: started by trainq serve, which placed the job)\n");
+        fprintf(stderr, "trainq worker: needs --db PATH and --job ID (and --device cpu or cuda:N when given); "
+                        "trainq serve starts it (trainq worker --help)\n");
         return TQ_WORKER_USAGE;
     }
     struct sigaction sa;
@@ -286,4 +308,47 @@ int tq_cmd_worker(int argc, char **argv) {
     if (!strcmp(sum.state, "succeeded")) return TQ_WORKER_SUCCEEDED;
     if (!strcmp(sum.state, "cancelled")) return TQ_WORKER_CANCELLED;
     return TQ_WORKER_FAILED;
+}
+
+/* ---- the worker's end in words (daemon.h) ---------------------------------------------- */
+
+const char *tq_worker_exit_words(int status) {
+    switch (status) {
+#define TQ_X(e, code, words) case code: return words;
+    TQ_WORKER_EXITS(TQ_X)
+#undef TQ_X
+    }
+    return NULL;
+}
+
+/* what a signal that ended a worker most likely means */
+static const char *signal_hint(int sig) {
+    switch (sig) {
+    case SIGKILL: return " — likely the kernel's OOM killer: the host ran out of memory (journalctl -k | grep -i "
+                         "oom says), unless someone sent a kill -9";
+    case SIGSEGV: return " — a crash: a bug in trainq or a library it uses";
+    case SIGBUS: return " — a bus error: a file it had mapped shrank, or a hardware fault";
+    case SIGABRT: return " — an abort: a failed assertion, or a library that gave up";
+    case SIGILL: return " — an instruction this CPU does not have (a build for another machine?)";
+    case SIGFPE: return " — an arithmetic fault: a bug";
+    case SIGXCPU: return " — past its CPU time limit (RLIMIT_CPU)";
+    case SIGXFSZ: return " — past the file size limit (RLIMIT_FSIZE)";
+    case SIGTERM: case SIGINT: case SIGHUP: case SIGQUIT: return " — a stop signal from outside the daemon";
+    }
+    return "";
+}
+
+const char *tq_worker_end_words(int ws, char *buf, size_t n) {
+    if (WIFSIGNALED(ws)) {
+        int sig = WTERMSIG(ws);
+        snprintf(buf, n, "the worker was killed by signal %d (%s)%s%s", sig, strsignal(sig), signal_hint(sig),
+                 WCOREDUMP(ws) ? "; core dumped" : "");
+    } else if (WIFEXITED(ws)) {
+        const char *w = tq_worker_exit_words(WEXITSTATUS(ws));
+        snprintf(buf, n, "the worker exited with status %d (%s)", WEXITSTATUS(ws),
+                 w ? w : "a status the worker does not use: a library called exit()?");
+    } else {
+        snprintf(buf, n, "the worker ended with wait status 0x%x", (unsigned)ws);
+    }
+    return buf;
 }

@@ -119,12 +119,22 @@ static const char m0005_inputs[] =
     "\n"
     "ALTER TABLE jobs ADD COLUMN inputs TEXT CHECK (inputs IS NULL OR json_valid(inputs));\n";
 
+static const char m0006_requeue[] =
+    "-- 0006_requeue.sql - a finished job can run again (issue 17): POST /v1/jobs/{id}/requeue sends a\n"
+    "-- failed or cancelled job back to the queue, to resume from its checkpoint. requeues counts those\n"
+    "-- requeues (each also leaves a state event with the outcome it replaced); requeued_at is when the\n"
+    "-- last one happened (NULL: never), from which the backfill window counts its wait.\n"
+    "\n"
+    "ALTER TABLE jobs ADD COLUMN requeues INTEGER NOT NULL DEFAULT 0;\n"
+    "ALTER TABLE jobs ADD COLUMN requeued_at INTEGER;\n";
+
 static const tq_migration migrations[] = {
     { 1, "0001_init.sql", m0001_init },
     { 2, "0002_placement.sql", m0002_placement },
     { 3, "0003_interruptions.sql", m0003_interruptions },
     { 4, "0004_owners.sql", m0004_owners },
     { 5, "0005_inputs.sql", m0005_inputs },
+    { 6, "0006_requeue.sql", m0006_requeue },
 };
 
 const tq_migration *tq_migrations(int *count) {

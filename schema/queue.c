@@ -14,7 +14,8 @@ enum {
     Q_EVALS, Q_STATE, Q_CANCEL_QUEUED, Q_CANCEL_RUNNING, Q_CANCEL_FLAG, Q_DELETE, Q_PROGRESS,
     Q_CKPT, Q_FINISH, Q_REQUEUE, Q_RECOVER_FAIL, Q_RECOVER_QUEUE, Q_EVENT, Q_EVENT_STATE,
     Q_EVENTS, Q_RECOVER_LIST, Q_BEGIN_READ, Q_END_READ, Q_EXISTS, Q_TOMBSTONE, Q_QUEUED,
-    Q_CLAIM_JOB, Q_FAIL_QUEUED, Q_LIST_OWNED, Q_QUEUED_FAIR, Q_USERS,
+    Q_CLAIM_JOB, Q_FAIL_QUEUED, Q_LIST_OWNED, Q_QUEUED_FAIR, Q_USERS, Q_BLOCKED, Q_FAIL_DEP,
+    Q_DEP_EXISTS, Q_BAD_DEP, Q_REQUEUE_EVENT, Q_REQUEUE_JOB,
 };
 
 /* The job columns, then its queue position, then the latest step's columns. */
@@ -26,7 +27,8 @@ enum {
     "AND (q.priority > j.priority OR (q.priority = j.priority AND q.id <= j.id))) ELSE 0 END, " \
     "s.step, s.epoch, s.loss, s.lr, s.loss_scale, s.skipped, s.step_ms, s.samples_per_s, "      \
     "s.mem_allocated_bytes, s.mem_peak_bytes, s.mem_reserved_bytes, s.device_used_bytes, s.time, " \
-    "j.planned_cpu_bytes, j.planned_gpu_bytes, j.threads, j.interruptions, j.owner, j.owner_uid, j.inputs "
+    "j.planned_cpu_bytes, j.planned_gpu_bytes, j.threads, j.interruptions, j.owner, j.owner_uid, j.inputs, " \
+    "j.requeues, j.requeued_at "
 #define JOB_FROM                                                                              \
     "FROM jobs j LEFT JOIN steps s ON s.job_id = j.id AND s.step = "                          \
     "(SELECT max(step) FROM steps WHERE job_id = j.id) "
@@ -51,6 +53,31 @@ enum {
 #define STEP_COLS                                                                             \
     "step, epoch, loss, lr, loss_scale, skipped, step_ms, samples_per_s, mem_allocated_bytes, " \
     "mem_peak_bytes, mem_reserved_bytes, device_used_bytes, time"
+
+/* Dependencies ("after" in the stored spec, a JSON array of job ids). The state of the job
+ * whose id is the SQL expression V, as a dependency sees it: its row's state, or 'succeeded'
+ * for a job deleted after it succeeded (its tombstone keeps the state), else 'deleted'. */
+#define DEP_STATE(V)                                                                          \
+    "coalesce((SELECT d.state FROM jobs d WHERE d.id = " V "), (SELECT 'succeeded' FROM events e " \
+    "WHERE e.job_id IS NULL AND e.type = 'deleted' AND json_extract(e.data, '$.job') = " V " AND " \
+    "json_extract(e.data, '$.state') = 'succeeded' LIMIT 1), 'deleted')"
+#define DEP_BAD(V) DEP_STATE(V) " IN ('failed', 'cancelled', 'deleted')"
+/* Why the job J (a table alias) can never run: its first dependency that failed, was cancelled
+ * or was deleted, and that one's outcome; NULL when there is none. */
+#define DEP_WHY(J)                                                                            \
+    "(SELECT printf('job %d, which it runs after (after), %s, so this job can never run%s', a.value, " \
+    "CASE (" DEP_STATE("a.value") ") WHEN 'cancelled' THEN 'was cancelled' WHEN 'deleted' THEN " \
+    "'was deleted before it succeeded' ELSE 'failed with ' || coalesce((SELECT d.error_code FROM " \
+    "jobs d WHERE d.id = a.value), 'an unknown error') END, CASE (" DEP_STATE("a.value") ") WHEN " \
+    "'deleted' THEN '' ELSE printf(': requeue job %d, then this one', a.value) END) "          \
+    "FROM json_each(" J ".spec, '$.after') a WHERE " DEP_BAD("a.value") " ORDER BY a.key LIMIT 1)"
+
+/* The queued jobs that can never run (a dependency failed, was cancelled or deleted), 64 at a
+ * time, each with DEP_WHY. */
+#define BLOCKED_SQL                                                                           \
+    "SELECT j.id, " DEP_WHY("j") " FROM jobs j WHERE j.state = 'queued' AND "                  \
+    "json_array_length(j.spec, '$.after') > 0 AND EXISTS (SELECT 1 FROM json_each(j.spec, "    \
+    "'$.after') a WHERE " DEP_BAD("a.value") ") ORDER BY j.id LIMIT 64"
 
 /* ---- helpers -------------------------------------------------------------------------- */
 
@@ -123,6 +150,8 @@ static int read_job(sqlite3_stmt *st, tq_job *j) {
     copy_col(st, 36, j->owner, sizeof j->owner);
     j->owner_uid = int_col(st, 37, -1);
     j->inputs = dup_col(st, 38);
+    j->requeues = (int)int_col(st, 39, 0);
+    j->requeued_at = int_col(st, 40, 0);
     if (!j->spec) return TQ_STORE_ERR;   /* NOT NULL column: only OOM gets here */
     return TQ_STORE_OK;
 }
@@ -179,6 +208,63 @@ static int job_exists(tq_store *s, int64_t id, char state[16]) {
     return 0;
 }
 
+/* Inside the caller's write transaction: fails (dependency_failed) every queued job with a
+ * dependency that failed, was cancelled or was deleted, round after round until none is left
+ * (a round fails the dependents of the jobs the round before failed: chains cascade). Each
+ * gets its state event. *count (may be NULL) is increased by how many. */
+static int fail_blocked(tq_store *s, int *count) {
+    for (;;) {
+        sqlite3_stmt *st;
+        if (tq__stmt(s, Q_BLOCKED, BLOCKED_SQL, &st))
+            return TQ_STORE_ERR;
+        int64_t ids[64];
+        char *why[64];
+        int n = 0, rc;
+        while (n < 64 && (rc = sqlite3_step(st)) == SQLITE_ROW) {
+            ids[n] = sqlite3_column_int64(st, 0);
+            why[n++] = dup_col(st, 1);
+        }
+        sqlite3_reset(st);
+        if (n == 0 && rc != SQLITE_DONE) return tq__sql_err(s, "finding jobs whose dependency failed");
+        if (n == 0) return TQ_STORE_OK;
+        int err = 0;
+        for (int i = 0; i < n; i++) {
+            const char *msg = why[i] ? why[i] : "a job it runs after (after) did not succeed";
+            if (!err && tq__stmt(s, Q_FAIL_DEP,
+                                 "UPDATE jobs SET state = 'failed', finished_at = ?2, error_code = ?3, "
+                                 "error_message = ?4, summary = json_object('state', 'failed', 'error', "
+                                 "json_object('code', ?3, 'message', ?4)) WHERE id = ?1 AND state = 'queued'", &st))
+                err = 1;
+            if (!err) {
+                sqlite3_bind_int64(st, 1, ids[i]);
+                sqlite3_bind_int64(st, 2, tq__now_ms());
+                sqlite3_bind_text(st, 3, tq_error_name(TQ_ERR_DEPENDENCY_FAILED), -1, SQLITE_STATIC);
+                sqlite3_bind_text(st, 4, msg, -1, SQLITE_TRANSIENT);
+                if (done(s, st, "failing a job whose dependency failed") || state_event(s, ids[i])) err = 1;
+                else if (count) (*count)++;
+            }
+            free(why[i]);
+        }
+        if (err) return TQ_STORE_ERR;
+    }
+}
+
+int tq_queue_fail_blocked(tq_store *s, int *failed) {
+    s->err[0] = 0;
+    if (failed) *failed = 0;
+    /* the common case, nothing to do, is a read: no write lock every placement round */
+    sqlite3_stmt *st;
+    if (tq__stmt(s, Q_BLOCKED, BLOCKED_SQL, &st))
+        return TQ_STORE_ERR;
+    int rc = sqlite3_step(st);
+    sqlite3_reset(st);
+    if (rc == SQLITE_DONE) return TQ_STORE_OK;
+    if (rc != SQLITE_ROW) return tq__sql_err(s, "finding jobs whose dependency failed");
+    if (tq__begin(s)) return TQ_STORE_ERR;
+    if (fail_blocked(s, failed)) { tq__rollback(s); return TQ_STORE_ERR; }
+    return tq__commit(s);
+}
+
 /* ---- submit and claim ----------------------------------------------------------------- */
 
 static int64_t find_sub(tq_store *s, const char *sub) {
@@ -222,6 +308,22 @@ int tq_queue_submit_as(tq_store *s, const char *name, const char *spec_json, int
         }
     }
     sqlite3_stmt *st;
+    /* every job it runs after exists (so each is older than this one: no cycles) */
+    if (tq__stmt(s, Q_DEP_EXISTS, "SELECT a.key, a.value FROM json_each(?1, '$.after') a WHERE NOT EXISTS "
+                 "(SELECT 1 FROM jobs WHERE id = a.value) ORDER BY a.key LIMIT 1", &st))
+        goto fail;
+    sqlite3_bind_text(st, 1, spec_json, -1, SQLITE_TRANSIENT);
+    int drc = sqlite3_step(st);
+    if (drc == SQLITE_ROW) {
+        int k = sqlite3_column_int(st, 0);
+        long long missing = sqlite3_column_int64(st, 1);
+        sqlite3_reset(st);
+        tq__rollback(s);
+        tq__set_err(s, "after[%d]: there is no job %lld to run after", k, missing);
+        return TQ_STORE_EDEPENDENCY;
+    }
+    sqlite3_reset(st);
+    if (drc != SQLITE_DONE) { tq__sql_err(s, "checking the jobs of after"); goto fail; }
     if (tq__stmt(s, Q_INSERT,
                  "INSERT INTO jobs (id, name, state, spec, priority, submission_id, created_at, "
                  "planned_peak_bytes, planned_cpu_bytes, planned_gpu_bytes, owner, owner_uid, inputs) VALUES ("
@@ -249,6 +351,7 @@ int tq_queue_submit_as(tq_store *s, const char *name, const char *spec_json, int
     if (done(s, st, "submit")) goto fail;
     int64_t rowid = sqlite3_last_insert_rowid(s->db);
     if (state_event(s, rowid)) goto fail;
+    if (fail_blocked(s, NULL)) goto fail;   /* it runs after a job that failed already */
     if (tq__commit(s)) return TQ_STORE_ERR;
     *id = rowid;
     return TQ_STORE_OK;
@@ -324,7 +427,11 @@ int tq_queue_queued_fair(tq_store *s, int max, int64_t window_ms, tq_queued **ou
                  "FROM jobs WHERE started_at IS NOT NULL GROUP BY who) "
                  "SELECT id, priority, created_at, coalesce(json_extract(spec, '$.device'), 'auto'), "
                  "coalesce(json_extract(spec, '$.threads'), 0), planned_cpu_bytes, planned_gpu_bytes, "
-                 "coalesce(owner, '') FROM jobs LEFT JOIN usage ON usage.who = coalesce(jobs.owner, '') "
+                 "coalesce(owner, ''), max(coalesce(requeued_at, created_at), coalesce((SELECT max(d.finished_at) "
+                 "FROM json_each(jobs.spec, '$.after') a JOIN jobs d ON d.id = a.value), 0)), "
+                 "(SELECT group_concat(a.value) FROM json_each(jobs.spec, '$.after') a WHERE "
+                 DEP_STATE("a.value") " != 'succeeded') "
+                 "FROM jobs LEFT JOIN usage ON usage.who = coalesce(jobs.owner, '') "
                  "WHERE state = 'queued' ORDER BY priority DESC, CASE WHEN ?3 > 0 THEN coalesce(usage.ms, 0) "
                  "ELSE 0 END, id LIMIT ?1", &st))
         return TQ_STORE_ERR;
@@ -343,6 +450,15 @@ int tq_queue_queued_fair(tq_store *s, int max, int64_t window_ms, tq_queued **ou
         q->cpu_bytes = int_col(st, 5, -1);
         q->gpu_bytes = int_col(st, 6, -1);
         copy_col(st, 7, q->owner, sizeof q->owner);
+        q->eligible_at = int_col(st, 8, q->created_at);
+        const unsigned char *deps = sqlite3_column_text(st, 9);   /* "3,4": ids not yet succeeded */
+        for (const char *p = (const char *)deps; p && *p && q->ndeps < TQ_QUEUE_MAX_AFTER;) {
+            char *end;
+            long long dep = strtoll(p, &end, 10);
+            if (end == p) break;
+            q->deps[q->ndeps++] = dep;
+            p = *end == ',' ? end + 1 : end;
+        }
     }
     sqlite3_reset(st);
     if (rc != SQLITE_DONE) {
@@ -403,7 +519,7 @@ int tq_queue_fail_queued(tq_store *s, int64_t id, const char *code, const char *
     sqlite3_bind_text(st, 4, msg, -1, SQLITE_TRANSIENT);
     if (done(s, st, "fail a queued job")) goto fail;
     if (sqlite3_changes(s->db) != 1) { tq__rollback(s); return 0; }
-    if (state_event(s, id)) goto fail;
+    if (state_event(s, id) || fail_blocked(s, NULL)) goto fail;
     if (tq__commit(s)) return TQ_STORE_ERR;
     return 1;
 fail:
@@ -599,7 +715,7 @@ int tq_queue_cancel(tq_store *s, int64_t id, char state[16]) {
                      "WHERE id = ?1", &st)) goto fail;
         sqlite3_bind_int64(st, 1, id);
         sqlite3_bind_int64(st, 2, tq__now_ms());
-        if (done(s, st, "cancel") || state_event(s, id)) goto fail;
+        if (done(s, st, "cancel") || state_event(s, id) || fail_blocked(s, NULL)) goto fail;
     } else if (!strcmp(cur, "running")) {
         if (tq__stmt(s, Q_CANCEL_RUNNING, "UPDATE jobs SET cancel_requested = 1 WHERE id = ?1", &st))
             goto fail;
@@ -647,12 +763,14 @@ int tq_queue_delete(tq_store *s, int64_t id) {
     sqlite3_bind_int64(st, 1, id);
     if (done(s, st, "delete")) goto fail;
     /* a tombstone that outlives the cascade: ids are never reused (TQ_NEXT_JOB_ID) */
+    /* its state too: a job that runs after one deleted once it had succeeded may still run */
     if (tq__stmt(s, Q_TOMBSTONE, "INSERT INTO events (job_id, time, type, data) VALUES "
-                 "(NULL, ?2, 'deleted', json_object('job', ?1))", &st))
+                 "(NULL, ?2, 'deleted', json_object('job', ?1, 'state', ?3))", &st))
         goto fail;
     sqlite3_bind_int64(st, 1, id);
     sqlite3_bind_int64(st, 2, tq__now_ms());
-    if (done(s, st, "delete")) goto fail;
+    sqlite3_bind_text(st, 3, cur, -1, SQLITE_TRANSIENT);
+    if (done(s, st, "delete") || fail_blocked(s, NULL)) goto fail;
     return tq__commit(s);
 fail:
     tq__rollback(s);
@@ -717,7 +835,7 @@ int tq_queue_finish(tq_store *s, int64_t id, const char *state, const char *summ
     tq__bind_finish(st, id, state, summary_json, error_code, error_message);
     if (done(s, st, "finish")) goto fail;
     if (sqlite3_changes(s->db) != 1) return not_running(s, id, "finish");
-    if (state_event(s, id)) goto fail;
+    if (state_event(s, id) || (strcmp(state, "succeeded") && fail_blocked(s, NULL))) goto fail;
     return tq__commit(s);
 fail:
     tq__rollback(s);
@@ -735,7 +853,59 @@ int tq_queue_requeue(tq_store *s, int64_t id) {
     sqlite3_bind_int64(st, 2, tq__now_ms());
     if (done(s, st, "requeue")) goto fail;
     if (sqlite3_changes(s->db) != 1) return not_running(s, id, "requeue");
-    if (state_event(s, id)) goto fail;
+    if (state_event(s, id) || fail_blocked(s, NULL)) goto fail;
+    return tq__commit(s);
+fail:
+    tq__rollback(s);
+    return TQ_STORE_ERR;
+}
+
+int tq_queue_requeue_finished(tq_store *s, int64_t id, char state[16]) {
+    s->err[0] = 0;
+    char cur[16] = "";
+    if (state) state[0] = 0;
+    if (tq__begin(s)) return TQ_STORE_ERR;
+    int e = job_exists(s, id, cur);
+    if (state) snprintf(state, 16, "%s", cur);
+    if (e < 0) goto fail;
+    if (!e) { tq__rollback(s); tq__set_err(s, "no job %lld", (long long)id); return TQ_STORE_ENOJOB; }
+    if (strcmp(cur, "failed") && strcmp(cur, "cancelled")) {
+        tq__rollback(s);
+        tq__set_err(s, "job %lld is %s: only a failed or cancelled job can be requeued", (long long)id, cur);
+        return TQ_STORE_ECONFLICT;
+    }
+    /* a job it runs after that failed (or was cancelled, or deleted) would fail it again at once */
+    sqlite3_stmt *st;
+    if (tq__stmt(s, Q_BAD_DEP, "SELECT " DEP_WHY("j") " FROM jobs j WHERE j.id = ?1", &st)) goto fail;
+    sqlite3_bind_int64(st, 1, id);
+    int rc = sqlite3_step(st);
+    if (rc == SQLITE_ROW && sqlite3_column_type(st, 0) != SQLITE_NULL) {
+        tq__set_err(s, "job %lld cannot run: %s", (long long)id, (const char *)sqlite3_column_text(st, 0));
+        sqlite3_reset(st);
+        tq__rollback(s);
+        return TQ_STORE_EDEPENDENCY;
+    }
+    sqlite3_reset(st);
+    if (rc != SQLITE_ROW && rc != SQLITE_DONE) { tq__sql_err(s, "checking the jobs of after"); goto fail; }
+    /* the state event keeps what the requeue replaces: the outcome, its step, its times */
+    if (tq__stmt(s, Q_REQUEUE_EVENT,
+                 "INSERT INTO events (job_id, time, type, data) SELECT id, ?2, 'state', json_object('state', "
+                 "'queued', 'attempts', 0, 'error', NULL, 'requeued', json_object('from', state, 'step', "
+                 LAST_STEP ", 'started_at', started_at, 'finished_at', finished_at, 'error', CASE WHEN "
+                 "error_code IS NULL THEN NULL ELSE json_object('code', error_code, 'message', "
+                 "coalesce(error_message, '')) END, 'requeues', requeues + 1)) FROM jobs WHERE id = ?1", &st))
+        goto fail;
+    sqlite3_bind_int64(st, 1, id);
+    sqlite3_bind_int64(st, 2, tq__now_ms());
+    if (done(s, st, "requeue")) goto fail;
+    if (tq__stmt(s, Q_REQUEUE_JOB,
+                 "UPDATE jobs SET state = 'queued', started_at = NULL, finished_at = NULL, summary = NULL, "
+                 "error_code = NULL, error_message = NULL, cancel_requested = 0, attempts = 0, "
+                 "requeues = requeues + 1, requeued_at = ?2 WHERE id = ?1 AND state IN ('failed', 'cancelled')", &st))
+        goto fail;
+    sqlite3_bind_int64(st, 1, id);
+    sqlite3_bind_int64(st, 2, tq__now_ms());
+    if (done(s, st, "requeue")) goto fail;
     return tq__commit(s);
 fail:
     tq__rollback(s);
@@ -780,6 +950,7 @@ int tq_queue_recover(tq_store *s, int *requeued, int *failed) {
         if (fails[i] && failed) (*failed)++;
         if (!fails[i] && requeued) (*requeued)++;
     }
+    if (fail_blocked(s, NULL)) goto fail;
     if (tq__commit(s)) return TQ_STORE_ERR;
     /* more than 256 jobs left running (impossible with one worker per device): go again */
     if (n == 256) {

@@ -21,6 +21,18 @@
  *   interruption: the job ends 'cancelled' at once instead of going back to the queue.
  * - Each state change appends an event (type "state", data {"state":…,"attempts":…} plus
  *   "error" when failed) that GET /v1/jobs/{id}/events streams.
+ * - Requeue of a finished job (tq_queue_requeue_finished): a failed or cancelled job goes back
+ *   to 'queued' (the worker resumes it from its checkpoint); its error, summary, started_at and
+ *   finished_at are cleared, attempts starts again from 0, requeues + 1, and the state event
+ *   carries what it replaced ("requeued": {from, step, started_at, finished_at, error,
+ *   requeues}).
+ * - Dependencies (the spec's "after": job ids): a queued job runs only once every job it lists
+ *   has succeeded. A listed job that failed, was cancelled, or was deleted without having
+ *   succeeded fails its queued dependents with 'dependency_failed' (the message names it and
+ *   its outcome), and theirs in turn, in the same transaction as the change that caused it
+ *   (finish, cancel, fail_queued, requeue, recover, delete, submit) — tq_queue_fail_blocked does
+ *   the same sweep on its own. A job deleted after it succeeded still counts as succeeded (its
+ *   tombstone event keeps its state).
  * - Times are unix milliseconds; 0 means null. */
 #ifndef TQ_QUEUE_H
 #define TQ_QUEUE_H
@@ -28,7 +40,10 @@
 #include "store.h"
 #include "codes.h"
 
-enum { TQ_STORE_ECONFLICT = -4 };
+enum { TQ_STORE_ECONFLICT = -4,
+       TQ_STORE_EDEPENDENCY = -5 };   /* a job named by "after" is missing, or failed (message) */
+
+#define TQ_QUEUE_MAX_AFTER 16         /* = the spec's TQ_AFTER_MAX */
 
 typedef struct {
     int64_t id;
@@ -55,6 +70,8 @@ typedef struct {
     char owner[64];          /* the submitter's user name; "" unknown */
     int64_t owner_uid;       /* -1 unknown */
     char *inputs;            /* JSON [{field, path, dev, ino}] as submission checked them; NULL */
+    int requeues;            /* times a user requeued it after it failed or was cancelled */
+    int64_t requeued_at;     /* the last of those (ms); 0 never */
 } tq_job;
 
 /* What a job plans, as submission records it: peak_bytes the training memory (the plan's
@@ -69,6 +86,10 @@ typedef struct {
     char device[32];         /* the spec's device */
     int64_t cpu_bytes, gpu_bytes;   /* < 0 unknown (a job from before migration 2) */
     char owner[64];          /* "" unknown */
+    int64_t eligible_at;     /* since when it may run: its submission or last requeue, or the end
+                              * of the last job it runs after, whichever is latest (ms) */
+    int ndeps;               /* the jobs of its "after" that have not succeeded yet */
+    int64_t deps[TQ_QUEUE_MAX_AFTER];
 } tq_queued;
 
 /* A user's jobs and device time (tq_queue_users). owner "" for jobs without an owner. */
@@ -84,7 +105,10 @@ void tq_jobs_free(tq_job *, int n);
 
 /* Inserts a queued job. With a submission_id that a job already has, inserts nothing and
  * answers that job's id with *existed = 1 (the check and the insert are one transaction).
- * plan NULL: unknown. */
+ * plan NULL: unknown. Every job of the spec's "after" must exist (else TQ_STORE_EDEPENDENCY,
+ * the message naming it; so a job can only wait for older ones, and dependencies never form a
+ * cycle); one that already failed or was cancelled fails the new job at once
+ * (dependency_failed), in the same transaction. */
 int tq_queue_submit(tq_store *, const char *name, const char *spec_json, int priority,
                     const char *submission_id, const tq_job_plan *plan, int64_t *id,
                     int *existed);
@@ -116,6 +140,10 @@ int tq_queue_users(tq_store *, int64_t window_ms, tq_user_usage **out, int *n);
 /* A queued job to 'failed' with code/message (one that can never start). 1 done, 0 when it
  * is no longer queued. */
 int tq_queue_fail_queued(tq_store *, int64_t id, const char *code, const char *msg);
+/* Fails (dependency_failed) every queued job that runs after a job that failed, was cancelled
+ * or was deleted before it succeeded, and the jobs after those, in one transaction. *failed
+ * (may be NULL) receives how many. */
+int tq_queue_fail_blocked(tq_store *, int *failed);
 
 /* One job with its queue position and latest step. 1 found, 0 unknown. */
 int tq_queue_get(tq_store *, int64_t id, tq_job *job);
@@ -159,6 +187,12 @@ int tq_queue_finish(tq_store *, int64_t id, const char *state, const char *summa
                     const char *error_code, const char *error_message);
 /* A running job back to 'queued' (graceful stop): attempts unchanged. ECONFLICT if not running. */
 int tq_queue_requeue(tq_store *, int64_t id);
+/* A failed or cancelled job back to 'queued' (POST /v1/jobs/{id}/requeue; see the contract).
+ * *state (may be NULL) receives its state before the call. TQ_STORE_ENOJOB unknown;
+ * TQ_STORE_ECONFLICT when it is queued, running or succeeded; TQ_STORE_EDEPENDENCY when a job
+ * it runs after failed, was cancelled or was deleted (the message names it; requeue that one
+ * first). */
+int tq_queue_requeue_finished(tq_store *, int64_t id, char state[16]);
 /* At startup: every 'running' job to 'queued', or 'failed' (worker_crashed) when attempts ≥
  * max_attempts. Counts in *requeued / *failed (may be NULL). */
 int tq_queue_recover(tq_store *, int *requeued, int *failed);

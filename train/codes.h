@@ -39,7 +39,8 @@ typedef enum {
     X(STORAGE_ERROR, storage_error, "its steps or files could not be written (read-only, I/O error, a vanished directory)") \
     X(INPUT_CHANGED, input_changed, "data_dir or init_from is no longer the file submission checked for its owner") \
     X(TIMEOUT, timeout, "it ran past timeout_s")                                               \
-    X(WORKER_CRASHED, worker_crashed, "the worker died (signal or exit status in the message), or restarts without progress used up max_attempts")
+    X(WORKER_CRASHED, worker_crashed, "the worker died (signal or exit status in the message), or restarts without progress used up max_attempts") \
+    X(DEPENDENCY_FAILED, dependency_failed, "a job listed in its after failed, was cancelled or was deleted: it can never run (the message names that job and its outcome)")
 
 typedef enum {
     TQ_ERR_NONE = 0,

@@ -1,7 +1,8 @@
 /* test_queue.c — schema/queue.c: claim order (priority, then id), atomic claims from two
  * connections, idempotent submission, queue positions, cancel and delete rules, requeue and
  * recovery at startup with attempts and max_attempts, list paging, steps/evals reads, events,
- * ids never reused after a delete. */
+ * ids never reused after a delete; requeue of a failed or cancelled job, dependencies ("after"):
+ * waiting, failing down a chain, requeue refused behind a failed dependency. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -493,6 +494,195 @@ static void test_placement_reads_and_claims(void **state) {
     free(q);
 }
 
+/* ---- requeue of a finished job, dependencies (issue 17) ---------------------------------- */
+
+static int64_t submit_after(tq_store *s, const char *after, int *rc_out) {
+    char spec[256];
+    snprintf(spec, sizeof spec, "{\"model\":\"cnn\",\"steps\":10,\"after\":%s}", after);
+    int64_t id = 0;
+    int existed = 0;
+    tq_job_plan plan = { 1234, 2000, 3000 };
+    int rc = tq_queue_submit(s, "dep", spec, 0, NULL, &plan, &id, &existed);
+    if (rc_out) *rc_out = rc;
+    else assert_int_equal(rc, TQ_STORE_OK);
+    return id;
+}
+
+static void job_is(tq_store *s, int64_t id, const char *state, const char *code) {
+    tq_job j;
+    assert_int_equal(tq_queue_get(s, id, &j), 1);
+    if (strcmp(j.state, state) || strcmp(j.error_code, code))
+        fail_msg("job %lld: %s/%s, wanted %s/%s (%s)", (long long)id, j.state, j.error_code, state, code,
+                 j.error_message ? j.error_message : "");
+    tq_job_free(&j);
+}
+
+static void pending_deps(tq_store *s, int64_t id, int want) {
+    tq_queued *q;
+    int n, found = 0;
+    assert_int_equal(tq_queue_queued(s, 100, &q, &n), TQ_STORE_OK);
+    for (int i = 0; i < n; i++)
+        if (q[i].id == id) { found = 1; assert_int_equal(q[i].ndeps, want); assert_true(q[i].eligible_at > 0); }
+    free(q);
+    assert_true(found);
+}
+
+static void test_requeue_finished(void **state) {
+    fx *f = *state;
+    int64_t a = submit(f->s, 0, NULL), b = submit(f->s, 0, NULL), c = submit(f->s, 0, NULL);
+    char was[16];
+    /* queued, running, succeeded: conflicts; unknown: no job */
+    assert_int_equal(tq_queue_requeue_finished(f->s, a, was), TQ_STORE_ECONFLICT);
+    assert_string_equal(was, "queued");
+    assert_int_equal(tq_queue_claim_job(f->s, a, "cpu", 1), 1);
+    assert_int_equal(tq_queue_requeue_finished(f->s, a, was), TQ_STORE_ECONFLICT);
+    assert_string_equal(was, "running");
+    tq_step_rec r = { .step = 1, .epoch = 1, .loss = 2.0, .time_ms = 1 };
+    for (int k = 1; k <= 4; k++) { r.step = k; assert_int_equal(tq_store_add_step(f->s, a, &r), 0); }
+    assert_int_equal(tq_queue_finish(f->s, a, "cancelled", "{\"state\":\"cancelled\",\"steps\":4}", NULL, NULL), 0);
+    assert_int_equal(tq_queue_requeue_finished(f->s, 999, was), TQ_STORE_ENOJOB);
+    assert_int_equal(tq_queue_claim_job(f->s, b, "cpu", 1), 1);
+    assert_int_equal(tq_queue_finish(f->s, b, "succeeded", "{\"state\":\"succeeded\"}", NULL, NULL), 0);
+    assert_int_equal(tq_queue_requeue_finished(f->s, b, was), TQ_STORE_ECONFLICT);
+    assert_string_equal(was, "succeeded");
+
+    /* cancelled mid-run: back to queued, the outcome cleared, the history in the event */
+    assert_int_equal(tq_queue_requeue_finished(f->s, a, was), TQ_STORE_OK);
+    assert_string_equal(was, "cancelled");
+    tq_job j;
+    assert_int_equal(tq_queue_get(f->s, a, &j), 1);
+    assert_string_equal(j.state, "queued");
+    assert_int_equal(j.attempts, 0);
+    assert_int_equal(j.requeues, 1);
+    assert_true(j.requeued_at > 0);
+    assert_int_equal(j.started_at, 0);
+    assert_int_equal(j.finished_at, 0);
+    assert_null(j.summary);
+    assert_string_equal(j.error_code, "");
+    assert_true(j.has_latest && j.latest.step == 4);   /* its steps stay */
+    tq_job_free(&j);
+    tq_event *ev;
+    int n;
+    assert_int_equal(tq_queue_events(f->s, a, 0, 100, &ev, &n), TQ_STORE_OK);
+    assert_true(n >= 4);
+    assert_string_equal(ev[n - 1].type, "state");
+    assert_non_null(strstr(ev[n - 1].data, "\"state\":\"queued\""));
+    assert_non_null(strstr(ev[n - 1].data, "\"requeued\":{\"from\":\"cancelled\",\"step\":4"));
+    tq_events_free(ev, n);
+    /* it claims and runs again */
+    assert_int_equal(tq_queue_claim_job(f->s, a, "cpu", 1), 1);
+    assert_int_equal(tq_queue_get(f->s, a, &j), 1);
+    assert_int_equal(j.attempts, 1);
+    assert_true(j.started_at > 0);
+    tq_job_free(&j);
+
+    /* a failed job: error cleared; cancelled while queued: too */
+    assert_int_equal(tq_queue_fail_queued(f->s, c, "cannot_fit", "too big"), 1);
+    assert_int_equal(tq_queue_requeue_finished(f->s, c, was), TQ_STORE_OK);
+    job_is(f->s, c, "queued", "");
+    assert_int_equal(tq_queue_cancel(f->s, c, was), TQ_STORE_OK);
+    assert_int_equal(tq_queue_requeue_finished(f->s, c, was), TQ_STORE_OK);
+    assert_int_equal(tq_queue_get(f->s, c, &j), 1);
+    assert_int_equal(j.requeues, 2);
+    tq_job_free(&j);
+}
+
+static void test_dependencies(void **state) {
+    fx *f = *state;
+    int rc;
+    int64_t a = submit(f->s, 0, NULL);
+    /* unknown ids are refused; a job can only name older ones */
+    submit_after(f->s, "[999]", &rc);
+    assert_int_equal(rc, TQ_STORE_EDEPENDENCY);
+    assert_non_null(strstr(tq_store_errmsg(f->s), "after[0]"));
+    assert_non_null(strstr(tq_store_errmsg(f->s), "999"));
+    char after[64];
+    snprintf(after, sizeof after, "[%lld,%lld]", (long long)a, (long long)a + 1);   /* the next id: itself */
+    submit_after(f->s, after, &rc);
+    assert_int_equal(rc, TQ_STORE_EDEPENDENCY);
+    assert_non_null(strstr(tq_store_errmsg(f->s), "after[1]"));
+
+    /* b after a, c after b (a chain), d after a and x, e independent */
+    snprintf(after, sizeof after, "[%lld]", (long long)a);
+    int64_t b = submit_after(f->s, after, NULL);
+    snprintf(after, sizeof after, "[%lld]", (long long)b);
+    int64_t c = submit_after(f->s, after, NULL);
+    int64_t x = submit(f->s, 0, NULL);
+    snprintf(after, sizeof after, "[%lld,%lld]", (long long)a, (long long)x);
+    int64_t d = submit_after(f->s, after, NULL);
+    int64_t e = submit(f->s, 0, NULL);
+    pending_deps(f->s, b, 1);
+    pending_deps(f->s, c, 1);
+    pending_deps(f->s, d, 2);
+    pending_deps(f->s, e, 0);
+    int nf = -1;
+    assert_int_equal(tq_queue_fail_blocked(f->s, &nf), TQ_STORE_OK);
+    assert_int_equal(nf, 0);
+
+    /* a succeeds: b may run, d still waits for x */
+    assert_int_equal(tq_queue_claim_job(f->s, a, "cpu", 1), 1);
+    assert_int_equal(tq_queue_finish(f->s, a, "succeeded", NULL, NULL, NULL), 0);
+    pending_deps(f->s, b, 0);
+    pending_deps(f->s, d, 1);
+    /* deleting a job that succeeded does not fail the jobs after it */
+    assert_int_equal(tq_queue_delete(f->s, a), TQ_STORE_OK);
+    pending_deps(f->s, b, 0);
+    job_is(f->s, d, "queued", "");
+
+    /* b fails: c fails with it (cascade), naming b and its outcome */
+    assert_int_equal(tq_queue_claim_job(f->s, b, "cpu", 1), 1);
+    assert_int_equal(tq_queue_finish(f->s, b, "failed", NULL, "out_of_memory", "boom"), 0);
+    job_is(f->s, c, "failed", "dependency_failed");
+    tq_job j;
+    assert_int_equal(tq_queue_get(f->s, c, &j), 1);
+    char want[64];
+    snprintf(want, sizeof want, "job %lld", (long long)b);
+    assert_non_null(strstr(j.error_message, want));
+    assert_non_null(strstr(j.error_message, "out_of_memory"));
+    assert_non_null(strstr(j.summary, "dependency_failed"));
+    assert_true(j.finished_at > 0);
+    tq_job_free(&j);
+
+    /* requeue of c is refused while b is failed; after b's requeue, c's is accepted and waits */
+    char was[16];
+    assert_int_equal(tq_queue_requeue_finished(f->s, c, was), TQ_STORE_EDEPENDENCY);
+    assert_non_null(strstr(tq_store_errmsg(f->s), want));
+    job_is(f->s, c, "failed", "dependency_failed");
+    assert_int_equal(tq_queue_requeue_finished(f->s, b, was), TQ_STORE_OK);
+    assert_int_equal(tq_queue_requeue_finished(f->s, c, was), TQ_STORE_OK);
+    pending_deps(f->s, c, 1);
+
+    /* cancelling a queued dependency fails its dependents at once, down the chain */
+    assert_int_equal(tq_queue_cancel(f->s, b, was), TQ_STORE_OK);
+    job_is(f->s, c, "failed", "dependency_failed");
+    assert_int_equal(tq_queue_get(f->s, c, &j), 1);
+    assert_non_null(strstr(j.error_message, "cancelled"));
+    tq_job_free(&j);
+
+    /* a new job after a failed one is accepted and fails at once */
+    snprintf(after, sizeof after, "[%lld]", (long long)c);
+    int64_t g = submit_after(f->s, after, NULL);
+    job_is(f->s, g, "failed", "dependency_failed");
+
+    /* x is cancelled by a pending cancel at an interruption: d fails too */
+    assert_int_equal(tq_queue_claim_job(f->s, x, "cpu", 1), 1);
+    assert_int_equal(tq_queue_cancel(f->s, x, was), TQ_STORE_OK);
+    assert_int_equal(tq_queue_requeue(f->s, x), TQ_STORE_OK);
+    job_is(f->s, x, "cancelled", "");
+    job_is(f->s, d, "failed", "dependency_failed");
+    job_is(f->s, e, "queued", "");   /* untouched */
+
+    /* the sweep on its own: a dependency failed behind the queue's back (a hand edit) */
+    snprintf(after, sizeof after, "[%lld]", (long long)e);
+    int64_t h = submit_after(f->s, after, NULL);
+    assert_int_equal(tq_queue_claim_job(f->s, e, "cpu", 1), 1);
+    assert_int_equal(tq_store_finish_job(f->s, e, "failed", NULL, "timeout", "slow"), 0);   /* no sweep here */
+    job_is(f->s, h, "queued", "");
+    assert_int_equal(tq_queue_fail_blocked(f->s, &nf), TQ_STORE_OK);
+    assert_int_equal(nf, 1);
+    job_is(f->s, h, "failed", "dependency_failed");
+}
+
 /* A database at schema version 1 (before placement's columns) upgrades in place when opened:
  * its jobs still read, with the new columns unknown, and still claim. */
 static void test_upgrade_from_version_1(void **state) {
@@ -545,6 +735,8 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_recover, setup, teardown),
         cmocka_unit_test_setup_teardown(test_paging, setup, teardown),
         cmocka_unit_test_setup_teardown(test_steps_read, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_requeue_finished, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_dependencies, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,6 +1,6 @@
 /* test_sched.c — daemon/sched.c and train/device.c without processes: fit, no fit, several
  * devices, the GPU reserve and driver-free bytes, max jobs, backfill and its window, jobs that
- * can never fit, the CPU core split; and the device resolver's parsing and --devices sets. */
+ * can never fit, the CPU core split, jobs waiting for their dependencies; and the device resolver's parsing and --devices sets. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -175,6 +175,44 @@ static void test_never_fits(void **st) {
     assert_int_equal(o[1].wait, TQ_WAIT_NEVER);     /* 150 + 100 (GPU) > 100 */
 }
 
+/* A job waiting for its dependencies ("after") is not placed and holds nothing: the jobs behind
+ * it run, even once it has waited past the backfill window; one too big for every device is
+ * still refused at once. */
+static void test_dependency_wait(void **st) {
+    (void)st;
+    tq_sched_dev d[1] = { dev("cpu", 100 * MB, 0, 0, 2) };
+    tq_sched_job q[3] = { job(1, "cpu", 10 * MB, 3600), job(2, "cpu", 90 * MB, 0), job(3, "cpu", 10 * MB, 0) };
+    q[0].deps_pending = 1;
+    tq_sched_out o[3];
+    assert_int_equal(tq_sched_place(d, 1, q, 3, &POL, o), 2);
+    assert_int_equal(o[0].wait, TQ_WAIT_DEPENDENCY);
+    assert_int_equal(o[0].dev, -1);
+    assert_string_equal(tq_wait_name(o[0].wait), "dependency");
+    assert_int_equal(o[1].wait, TQ_WAIT_NONE);
+    assert_int_equal(o[2].wait, TQ_WAIT_NONE);
+    assert_int_equal(d[0].held_by, -1);
+    assert_int_equal(d[0].planned, 100 * MB);
+
+    /* a big job behind it, past the window, holds the device for itself, not for the waiting one */
+    tq_sched_dev d2[1] = { dev("cpu", 100 * MB, 50 * MB, 1, 4) };
+    tq_sched_job q2[3] = { job(1, "cpu", 10 * MB, 3600), job(2, "cpu", 80 * MB, 3600), job(3, "cpu", 10 * MB, 0) };
+    q2[0].deps_pending = 2;
+    assert_int_equal(tq_sched_place(d2, 1, q2, 3, &POL, o), 0);
+    assert_int_equal(o[0].wait, TQ_WAIT_DEPENDENCY);
+    assert_int_equal(o[1].wait, TQ_WAIT_MEMORY);
+    assert_int_equal(o[2].wait, TQ_WAIT_PRIORITY);
+    assert_int_equal(o[2].behind, 2);
+
+    /* never fits: refused whatever it waits for */
+    tq_sched_dev d3[1] = { dev("cpu", 100 * MB, 0, 0, 2) };
+    tq_sched_job q3[1] = { job(1, "cpu", 101 * MB, 0) };
+    q3[0].deps_pending = 1;
+    assert_int_equal(tq_sched_place(d3, 1, q3, 1, &POL, o), 0);
+    assert_int_equal(o[0].wait, TQ_WAIT_NEVER);
+    assert_int_equal(o[0].needs, 101 * MB);
+    assert_int_equal(o[0].free, 100 * MB);
+}
+
 static void test_device_resolver(void **st) {
     (void)st;
     tq_devsel d;
@@ -253,6 +291,7 @@ int main(void) {
         cmocka_unit_test(test_reserve_and_driver_free),
         cmocka_unit_test(test_backfill_window),
         cmocka_unit_test(test_never_fits),
+        cmocka_unit_test(test_dependency_wait),
         cmocka_unit_test(test_device_resolver),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

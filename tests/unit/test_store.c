@@ -151,7 +151,8 @@ static void test_fresh_schema(void **state) {
     assert_string_equal(buf, "id,name,state,spec,priority,submission_id,created_at,started_at,"
                              "finished_at,attempts,max_attempts,device,total_steps,summary,"
                              "error_code,error_message,planned_peak_bytes,checkpoint_path,"
-                             "cancel_requested,planned_cpu_bytes,planned_gpu_bytes,threads,interruptions,start_step,owner,owner_uid,inputs");
+                             "cancel_requested,planned_cpu_bytes,planned_gpu_bytes,threads,interruptions,start_step,owner,owner_uid,inputs,"
+                             "requeues,requeued_at");
     columns(db, "steps", buf, sizeof buf);
     assert_string_equal(buf, "job_id,step,epoch,loss,lr,loss_scale,skipped,step_ms,samples_per_s,"
                              "mem_allocated_bytes,mem_peak_bytes,mem_reserved_bytes,"
