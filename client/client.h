@@ -15,6 +15,8 @@
 #ifndef TQ_CLIENT_H
 #define TQ_CLIENT_H
 
+#include "opts.h"
+
 #include <cjson/cJSON.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -116,6 +118,9 @@ void tq_table_print(tq_table *t, FILE *f);
 void tq_table_free(tq_table *t);
 
 /* ---- the commands (one file per group) ---- */
+/* Each command's options (opts.h), beside its parser: its --help and its line of `trainq --help`. */
+extern const tq_cmd_doc tq_doc_submit, tq_doc_ls, tq_doc_show, tq_doc_logs, tq_doc_steps, tq_doc_cancel,
+                        tq_doc_rm, tq_doc_compare;
 int tq_cli_submit(int argc, char **argv);    /* submit.c */
 int tq_cli_ls(int argc, char **argv);        /* jobs.c */
 int tq_cli_show(int argc, char **argv);      /* jobs.c */
@@ -123,6 +128,8 @@ int tq_cli_logs(int argc, char **argv);      /* follow.c */
 int tq_cli_steps(int argc, char **argv);     /* follow.c */
 int tq_cli_cancel(int argc, char **argv);    /* manage.c */
 int tq_cli_rm(int argc, char **argv);        /* manage.c */
+extern const tq_cmd_doc tq_doc_requeue;
+int tq_cli_requeue(int argc, char **argv);   /* requeue.c */
 int tq_cli_compare(int argc, char **argv);   /* compare.c */
 
 /* Follows job id's events until it ends, showing progress on stderr (a bar on a terminal),

@@ -7,18 +7,23 @@
 #include <stdlib.h>
 #include <string.h>
 
-static void usage(FILE *f) {
-    fprintf(f,
-        "usage: trainq compare ID... [--baseline ID] [--json]\n"
-        "  Jobs side by side (ids as separate arguments or comma-separated): model, amp, batch x\n"
-        "  accumulation, steps, median samples/s and peak memory with their ratio to the baseline\n"
-        "  (the first id unless --baseline), final loss, validation accuracy and its difference in\n"
-        "  percentage points, wall time. A running job is compared as far as it has got.\n"
-        "  --baseline ID  the job the others are measured against (one of the ids)\n"
-        "  --json         the daemon's answer as it is\n"
-        "  --server URL|unix:PATH  the daemon (see trainq submit --help)\n"
-        "exit: 0 ok, 1 an unknown job or a refused request, 2 bad usage, 3 no daemon\n");
-}
+static const tq_opt compare_opts[] = {
+    { "--baseline", NULL, "ID", "the job the others are measured against (one of the ids; default the first)", 0 },
+    { "--json", NULL, NULL, "the daemon's answer as it is (GET /v1/compare?ids=...)", 0 },
+    { NULL, NULL, NULL, NULL, 0 }
+};
+const tq_cmd_doc tq_doc_compare = {
+    "compare", "ID...",
+    "  Jobs side by side (ids as separate arguments or comma-separated): model, amp, batch x\n"
+    "  accumulation, steps, median samples/s and peak memory with their ratio to the baseline\n"
+    "  job, final loss, validation accuracy and its difference in percentage points, wall time.\n"
+    "  A running job is compared as far as it has got.\n",
+    compare_opts,
+    "exit: 0 ok, 1 an unknown job or a refused request, 2 bad usage, 3 no daemon\n",
+    TQ_OPTS_EQ | TQ_OPTS_CLIENT
+};
+
+static void usage(FILE *f) { tq_opts_help(f, &tq_doc_compare); }
 
 static const char *num(double v, const char *fmt, char *buf, size_t n) {
     if (isfinite(v)) snprintf(buf, n, fmt, v); else snprintf(buf, n, "-");
@@ -32,6 +37,8 @@ int tq_cli_compare(int argc, char **argv) {
     char ids[1100] = "";
     size_t il = 0;
     int nids = 0;
+    int rc0 = tq_opts_check(&tq_doc_compare, argc, argv);
+    if (rc0 >= 0) return rc0;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) { usage(stdout); return 0; }

@@ -7,18 +7,20 @@
 typedef struct {
     const char *name;
     int (*fn)(int argc, char **argv);
-    const char *usage;
+    const char *usage;         /* shown when doc is NULL */
+    const tq_cmd_doc *doc;     /* the options (opts.h): --help and the line of `trainq --help` */
 } command;
 
 static const command commands[] = {
-    { "submit",  tq_cli_submit,  "trainq submit SPEC.json [--wait] [--name N] [--priority P] [key=value...]" },
-    { "ls",      tq_cli_ls,      "trainq ls [--all] [--state S] [--owner me|NAME]" },
-    { "show",    tq_cli_show,    "trainq show ID [--json]" },
-    { "logs",    tq_cli_logs,    "trainq logs [-f] ID" },
-    { "steps",   tq_cli_steps,   "trainq steps ID [--csv] [-f]" },
-    { "cancel",  tq_cli_cancel,  "trainq cancel ID..." },
-    { "rm",      tq_cli_rm,      "trainq rm ID..." },
-    { "compare", tq_cli_compare, "trainq compare ID... [--baseline ID] [--json]" },
+    { "submit",  tq_cli_submit,  NULL, &tq_doc_submit },
+    { "ls",      tq_cli_ls,      NULL, &tq_doc_ls },
+    { "show",    tq_cli_show,    NULL, &tq_doc_show },
+    { "logs",    tq_cli_logs,    NULL, &tq_doc_logs },
+    { "steps",   tq_cli_steps,   NULL, &tq_doc_steps },
+    { "cancel",  tq_cli_cancel,  NULL, &tq_doc_cancel },
+    { "requeue", tq_cli_requeue, NULL, &tq_doc_requeue },
+    { "rm",      tq_cli_rm,      NULL, &tq_doc_rm },
+    { "compare", tq_cli_compare, NULL, &tq_doc_compare },
 };
 #define NCOMMANDS (int)(sizeof commands / sizeof commands[0])
 
@@ -33,8 +35,11 @@ int tq_client_is_command(const char *cmd) {
 }
 
 void tq_client_usage(FILE *f) {
-    fprintf(f, "client commands (talk to a running daemon; each takes --server URL|unix:PATH and --help):\n");
-    for (int i = 0; i < NCOMMANDS; i++) fprintf(f, "       %s\n", commands[i].usage);
+    fprintf(f, "%s\n", TQ_OPTS_CLIENT_HEAD);
+    for (int i = 0; i < NCOMMANDS; i++) {
+        if (commands[i].doc) tq_opts_synopsis(f, commands[i].doc, "       ");
+        else fprintf(f, "       %s\n", commands[i].usage);
+    }
 }
 
 int tq_client_main(int argc, char **argv) {

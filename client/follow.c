@@ -11,15 +11,21 @@
 
 /* ---- trainq logs ---------------------------------------------------------------------------- */
 
-static void logs_usage(FILE *f) {
-    fprintf(f,
-        "usage: trainq logs [-f] [--previous] ID\n"
-        "  The job's own log: what its worker wrote (progress, warnings, the error it ended with).\n"
-        "  -f, --follow   keep printing what it writes until the job ends\n"
-        "  --previous     the part before the log's last rotation (it is kept under 1 MiB)\n"
-        "  --server URL|unix:PATH  the daemon (see trainq submit --help)\n"
-        "exit: 0 ok, 1 no such job or no log yet, 2 bad usage, 3 no daemon\n");
-}
+static const tq_opt logs_opts[] = {
+    { "--follow", "-f", NULL, "keep printing what it writes until the job ends", 0 },
+    { "--previous", NULL, NULL, "the part before the log's last rotation (it is kept under 1 MiB)", 0 },
+    { NULL, NULL, NULL, NULL, 0 }
+};
+const tq_cmd_doc tq_doc_logs = {
+    "logs", "ID",
+    "  The job's own log (GET /v1/jobs/ID/log): what its worker wrote (progress, warnings, the\n"
+    "  error it ended with).\n",
+    logs_opts,
+    "exit: 0 ok, 1 no such job or no log yet, 2 bad usage, 3 no daemon\n",
+    TQ_OPTS_CLIENT
+};
+
+static void logs_usage(FILE *f) { tq_opts_help(f, &tq_doc_logs); }
 
 static int to_stdout(void *ctx, const char *d, size_t n) {
     (void)ctx;
@@ -40,6 +46,8 @@ int tq_cli_logs(int argc, char **argv) {
     int follow = 0, previous = 0;
     const char *seen = NULL;
     long long id = 0;
+    int rc0 = tq_opts_check(&tq_doc_logs, argc, argv);
+    if (rc0 >= 0) return rc0;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) { logs_usage(stdout); return 0; }
@@ -75,17 +83,22 @@ int tq_cli_logs(int argc, char **argv) {
 
 /* ---- trainq steps --------------------------------------------------------------------------- */
 
-static void steps_usage(FILE *f) {
-    fprintf(f,
-        "usage: trainq steps ID [--csv] [-f]\n"
-        "  The job's step records as a table: step, epoch, loss, learning rate, fp16 loss scale,\n"
-        "  skipped (an fp16 overflow), step time, samples/s, peak and reserved memory, and on a GPU\n"
-        "  the device's used memory.\n"
-        "  --csv          CSV with the API's column names and numbers (GET .../steps?format=csv)\n"
-        "  -f, --follow   keep printing new steps until the job ends (the event stream)\n"
-        "  --server URL|unix:PATH  the daemon (see trainq submit --help)\n"
-        "exit: 0 ok, 1 no such job, 2 bad usage, 3 no daemon\n");
-}
+static const tq_opt steps_opts[] = {
+    { "--csv", NULL, NULL, "CSV with the API's column names and numbers (GET /v1/jobs/ID/steps?format=csv)", 0 },
+    { "--follow", "-f", NULL, "keep printing new steps until the job ends (the event stream)", 0 },
+    { NULL, NULL, NULL, NULL, 0 }
+};
+const tq_cmd_doc tq_doc_steps = {
+    "steps", "ID",
+    "  The job's step records as a table (GET /v1/jobs/ID/steps): step, epoch, loss, learning\n"
+    "  rate, fp16 loss scale, skipped (an fp16 overflow), step time, samples/s, peak and reserved\n"
+    "  memory, and on a GPU the device's used memory.\n",
+    steps_opts,
+    "exit: 0 ok, 1 no such job, 2 bad usage, 3 no daemon\n",
+    TQ_OPTS_CLIENT
+};
+
+static void steps_usage(FILE *f) { tq_opts_help(f, &tq_doc_steps); }
 
 static const char *const CSV_COLS[] = { "step", "epoch", "loss", "lr", "loss_scale", "skipped", "step_ms",
                                          "samples_per_s", "mem_allocated_bytes", "mem_peak_bytes",
@@ -267,6 +280,8 @@ int tq_cli_steps(int argc, char **argv) {
     int csv = 0, follow = 0;
     const char *seen = NULL;
     long long id = 0;
+    int rc0 = tq_opts_check(&tq_doc_steps, argc, argv);
+    if (rc0 >= 0) return rc0;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) { steps_usage(stdout); return 0; }

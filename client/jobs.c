@@ -9,19 +9,24 @@
 
 /* ---- trainq ls ------------------------------------------------------------------------------ */
 
-static void ls_usage(FILE *f) {
-    fprintf(f,
-        "usage: trainq ls [--all] [--state S] [--owner me|NAME]\n"
-        "  The daemon's jobs as a table: ID, OWNER, NAME, STATE, DEVICE, PROGRESS (step/total and %%),\n"
-        "  SAMPLES/S (the latest step's, or the summary's once finished), MEM (the latest step's peak,\n"
-        "  or the summary's), AGE (since submission).\n"
-        "  By default the running jobs, then the queued ones in the order they will run.\n"
-        "  --all        also the finished jobs: the 100 most recent jobs of any state\n"
-        "  --state S    only jobs in state S (queued, running, succeeded, failed, cancelled)\n"
-        "  --owner me|NAME  only the jobs of NAME (me: yours, as the daemon sees the connection)\n"
-        "  --server URL|unix:PATH  the daemon (see trainq submit --help)\n"
-        "exit: 0 ok, 1 the daemon refused, 2 bad usage, 3 no daemon\n");
-}
+static const tq_opt ls_opts[] = {
+    { "--all", "-a", NULL, "also the finished jobs: the 100 most recent jobs of any state", 0 },
+    { "--state", NULL, "S", "only jobs in state S (queued, running, succeeded, failed, cancelled)", 0 },
+    { "--owner", NULL, "me|NAME", "only the jobs of NAME (me: yours, as the daemon sees the connection)", 0 },
+    { NULL, NULL, NULL, NULL, 0 }
+};
+const tq_cmd_doc tq_doc_ls = {
+    "ls", NULL,
+    "  The daemon's jobs as a table (GET /v1/jobs): ID, OWNER, NAME, STATE, DEVICE, PROGRESS\n"
+    "  (step/total and %), SAMPLES/S (the latest step's, or the summary's once finished), MEM (the\n"
+    "  latest step's peak, or the summary's), AGE (since submission).\n"
+    "  By default the running jobs, then the queued ones in the order they will run.\n",
+    ls_opts,
+    "exit: 0 ok, 1 the daemon refused, 2 bad usage, 3 no daemon\n",
+    TQ_OPTS_EQ | TQ_OPTS_CLIENT
+};
+
+static void ls_usage(FILE *f) { tq_opts_help(f, &tq_doc_ls); }
 
 static int by_id(const void *a, const void *b) {
     double x = tq_js_num(*(const cJSON *const *)a, "id", 0), y = tq_js_num(*(const cJSON *const *)b, "id", 0);
@@ -109,6 +114,8 @@ static void row(tq_table *t, const cJSON *j, double now) {
 int tq_cli_ls(int argc, char **argv) {
     int all = 0;
     const char *state = NULL, *owner = NULL;
+    int rc0 = tq_opts_check(&tq_doc_ls, argc, argv);
+    if (rc0 >= 0) return rc0;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) { ls_usage(stdout); return 0; }
@@ -175,15 +182,20 @@ int tq_cli_ls(int argc, char **argv) {
 
 /* ---- trainq show ---------------------------------------------------------------------------- */
 
-static void show_usage(FILE *f) {
-    fprintf(f,
-        "usage: trainq show ID [--json]\n"
-        "  One job for people: state, device, batch, progress, memory (planned, peak, reserved),\n"
-        "  samples/s, the summary's loss and accuracy, the error, why a queued job waits.\n"
-        "  --json   the job object as the daemon sends it (GET /v1/jobs/ID)\n"
-        "  --server URL|unix:PATH  the daemon (see trainq submit --help)\n"
-        "exit: 0 ok, 1 no such job, 2 bad usage, 3 no daemon\n");
-}
+static const tq_opt show_opts[] = {
+    { "--json", NULL, NULL, "the job object as the daemon sends it (GET /v1/jobs/ID)", 0 },
+    { NULL, NULL, NULL, NULL, 0 }
+};
+const tq_cmd_doc tq_doc_show = {
+    "show", "ID",
+    "  One job for people: state, device, batch, progress, memory (planned, peak, reserved),\n"
+    "  samples/s, the summary's loss and accuracy, the error, why a queued job waits.\n",
+    show_opts,
+    "exit: 0 ok, 1 no such job, 2 bad usage, 3 no daemon\n",
+    TQ_OPTS_CLIENT
+};
+
+static void show_usage(FILE *f) { tq_opts_help(f, &tq_doc_show); }
 
 static void kv(const char *k, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void kv(const char *k, const char *fmt, ...) {
@@ -204,6 +216,8 @@ static const char *num_or(double v, const char *fmt, char *buf, size_t n) {
 int tq_cli_show(int argc, char **argv) {
     int json = 0;
     const char *ids = NULL;
+    int rc0 = tq_opts_check(&tq_doc_show, argc, argv);
+    if (rc0 >= 0) return rc0;
     for (int i = 0; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) { show_usage(stdout); return 0; }
         if (!strcmp(argv[i], "--json")) json = 1;
@@ -264,6 +278,14 @@ int tq_cli_show(int argc, char **argv) {
             kv("waiting for", "storage: %s", tq_js_str(wf, "message", ""));
         else if (!strcmp(why, "max_jobs"))
             kv("waiting for", "a free slot on %s (it runs its maximum of jobs)", tq_js_str(wf, "device", "the device"));
+        else if (!strcmp(why, "dependency")) {   /* the jobs of its after not succeeded yet */
+            char deps[200] = "";
+            size_t k = 0;
+            const cJSON *x;
+            cJSON_ArrayForEach(x, tq_js_get(wf, "after"))
+                if (k < sizeof deps) k += (size_t)snprintf(deps + k, sizeof deps - k, "%s%.0f", k ? ", " : "", x->valuedouble);
+            kv("waiting for", "job%s %s to succeed (after)", strchr(deps, ',') ? "s" : "", deps[0] ? deps : "?");
+        }
         else
             kv("waiting for", "%s", why);
     }

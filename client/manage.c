@@ -6,23 +6,26 @@
 #include <stdlib.h>
 #include <string.h>
 
-static void cancel_usage(FILE *f) {
-    fprintf(f,
-        "usage: trainq cancel ID...\n"
-        "  Cancels each job: a queued one at once, a running one at its next step boundary (after a\n"
-        "  checkpoint). A finished job cannot be cancelled (the daemon says so).\n"
-        "  --server URL|unix:PATH  the daemon (see trainq submit --help)\n"
-        "exit: 0 every job cancelled, 1 any failed, 2 bad usage, 3 no daemon\n");
-}
+static const tq_opt no_opts[] = { { NULL, NULL, NULL, NULL, 0 } };
+const tq_cmd_doc tq_doc_cancel = {
+    "cancel", "ID...",
+    "  Cancels each job (POST /v1/jobs/ID/cancel): a queued one at once, a running one at its next\n"
+    "  step boundary (after a checkpoint). A finished job cannot be cancelled (the daemon says so).\n",
+    no_opts,
+    "exit: 0 every job cancelled, 1 any failed, 2 bad usage, 3 no daemon\n",
+    TQ_OPTS_CLIENT
+};
+const tq_cmd_doc tq_doc_rm = {
+    "rm", "ID...",
+    "  Deletes each finished job (DELETE /v1/jobs/ID) with its steps, evals, log, model and\n"
+    "  checkpoint. A queued or running job must be cancelled first (trainq cancel ID).\n",
+    no_opts,
+    "exit: 0 every job removed, 1 any failed, 2 bad usage, 3 no daemon\n",
+    TQ_OPTS_CLIENT
+};
 
-static void rm_usage(FILE *f) {
-    fprintf(f,
-        "usage: trainq rm ID...\n"
-        "  Deletes each finished job with its steps, evals, log, model and checkpoint. A queued or\n"
-        "  running job must be cancelled first (trainq cancel ID).\n"
-        "  --server URL|unix:PATH  the daemon (see trainq submit --help)\n"
-        "exit: 0 every job removed, 1 any failed, 2 bad usage, 3 no daemon\n");
-}
+static void cancel_usage(FILE *f) { tq_opts_help(f, &tq_doc_cancel); }
+static void rm_usage(FILE *f) { tq_opts_help(f, &tq_doc_rm); }
 
 /* the ids of argv (every one checked before anything is sent); NULL and an exit code in *rc */
 static long long *parse_ids(const char *prog, int argc, char **argv, void (*usage)(FILE *), int *n, int *rc) {
@@ -60,6 +63,8 @@ static long long *parse_ids(const char *prog, int argc, char **argv, void (*usag
 
 static int each(const char *prog, int argc, char **argv, int cancel) {
     int n, rc;
+    rc = tq_opts_check(cancel ? &tq_doc_cancel : &tq_doc_rm, argc, argv);
+    if (rc >= 0) return rc;
     long long *ids = parse_ids(prog, argc, argv, cancel ? cancel_usage : rm_usage, &n, &rc);
     if (!ids) return rc;
     int failed = 0;

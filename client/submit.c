@@ -10,23 +10,25 @@
 #include <time.h>
 #include <unistd.h>
 
-static void usage(FILE *f) {
-    fprintf(f,
-        "usage: trainq submit SPEC.json [--wait] [--name N] [--priority P] [key=value...]\n"
-        "  Submits the job spec SPEC.json (- reads stdin) to the daemon and prints the new job's id.\n"
-        "  key=value   overrides a spec field; dotted keys reach nested ones (optimizer.lr=0.1,\n"
-        "              synthetic.train=512); the value is JSON when it parses as JSON (5, true,\n"
-        "              [0.9,0.999], null), else a string (amp=bf16)\n"
-        "  --name N    the job's name (the spec's \"name\")\n"
-        "  --priority P  -100..100, higher runs first\n"
-        "  --wait      follow the job until it ends: a progress bar on a terminal, plain lines\n"
-        "              otherwise (on stderr); exit 0 when it succeeded, 1 when it failed or was\n"
-        "              cancelled (with the error)\n"
-        "  --server URL|unix:PATH  the daemon; without it $TRAINQ_SERVER (a URL or unix:PATH),\n"
-        "              else the first socket that exists of $TRAINQ_SOCKET, ./var/trainq.sock and\n"
-        "              /run/trainq/trainq.sock, else http://127.0.0.1:8470\n"
-        "exit: 0 ok, 1 refused or the job failed, 2 bad usage or an invalid spec, 3 no daemon\n");
-}
+static const tq_opt submit_opts[] = {
+    { "--wait", NULL, NULL, "follow the job to its end (progress on stderr); exit 0 if it succeeded, else 1", 0 },
+    { "--name", NULL, "N", "the job's name (the spec's \"name\")", 0 },
+    { "--priority", NULL, "P", "-100..100, higher runs first (the spec's \"priority\")", 0 },
+    { NULL, NULL, NULL, NULL, 0 }
+};
+const tq_cmd_doc tq_doc_submit = {
+    "submit", "SPEC.json [key=value...]",
+    "  Submits the job spec SPEC.json (- reads stdin) to the daemon and prints the new job's id\n"
+    "  (POST /v1/jobs).\n"
+    "  key=value   overrides a spec field; dotted keys reach nested ones (optimizer.lr=0.1,\n"
+    "              synthetic.train=512); the value is JSON when it parses as JSON (5, true,\n"
+    "              [0.9,0.999], null), else a string (amp=bf16). After \"--\" no argument is an option.\n",
+    submit_opts,
+    "exit: 0 ok, 1 refused or the job failed, 2 bad usage or an invalid spec, 3 no daemon\n",
+    TQ_OPTS_EQ | TQ_OPTS_CLIENT | TQ_OPTS_DASHDASH
+};
+
+static void usage(FILE *f) { tq_opts_help(f, &tq_doc_submit); }
 
 static char *read_all(const char *path) {
     FILE *f = strcmp(path, "-") ? fopen(path, "rb") : stdin;
@@ -90,6 +92,8 @@ int tq_cli_submit(int argc, char **argv) {
     const char **over = calloc((size_t)argc + 1, sizeof *over);
     int nover = 0, dashdash = 0;
     if (!over) return TQ_CLI_FAILED;
+    int rc0 = tq_opts_check(&tq_doc_submit, argc, argv);
+    if (rc0 >= 0) { free(over); return rc0; }
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
         if (!dashdash && (!strcmp(a, "--help") || !strcmp(a, "-h"))) { usage(stdout); free(over); return 0; }

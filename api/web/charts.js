@@ -6,7 +6,8 @@ import { h, minmax } from "./util.js";
 export const COLORS = ["#1f6feb", "#d1242f", "#1a7f37", "#9a6700", "#8250df", "#bf3989", "#0a7ea4", "#57606a"];
 
 export class LineChart {
-  // opts: { y: "bytes"|"log"|"pct"|undefined, fmt: y -> text, xTitle }
+  // opts: { y: "log"|undefined, fmt: y -> text, xTitle, zero (from 0), min, max,
+  //         bytes (ticks at a power of two bytes: 0, 4, 8, 12 MiB, not 4.77, 9.54 MiB) }
   constructor(title, opts = {}) {
     this.opts = opts;
     this.canvas = h("canvas", { role: "img", "aria-label": title });
@@ -45,7 +46,9 @@ export class LineChart {
         label: s.label, data, borderColor: color, backgroundColor: color,
         borderWidth: s.hline != null ? 1.5 : 1.5, borderDash: s.dashed || s.hline != null ? [6, 4] : undefined,
         pointRadius: s.points ? 3.5 : 0, pointHoverRadius: s.points ? 5 : 3,
-        showLine: !s.points, spanGaps: false, tension: 0, clip: s.points ? false : undefined,
+        showLine: !s.points, spanGaps: false, tension: 0,
+        // unclipped: markers, and lines on a fixed scale (an accuracy of 100% on its top edge)
+        clip: s.points || this.opts.max != null ? false : undefined,
       });
     });
     this.empty.hidden = any;
@@ -55,13 +58,21 @@ export class LineChart {
     const flat = isFinite(ylo) && yhi - ylo <= 1e-9 * Math.abs(yhi) && yhi !== 0 && this.opts.y !== "log";
     const pad = flat ? { suggestedMin: this.opts.zero ? 0 : ylo - 0.1 * Math.abs(ylo), suggestedMax: yhi + 0.1 * Math.abs(yhi) }
                      : { suggestedMin: undefined, suggestedMax: undefined };
+    // bytes: the power of two that splits the range into 3..5 steps (at most 6 ticks)
+    let step;
+    if (this.opts.bytes && isFinite(yhi) && yhi > 0) {
+      const top = flat ? pad.suggestedMax : yhi, range = top - (this.opts.zero ? 0 : Math.min(ylo, top));
+      step = Math.pow(2, Math.ceil(Math.log2(Math.max(range, 1) / 5)));
+    }
     if (!this.chart) {
       if (!any) return;
       const cfg = this.config(datasets);
       Object.assign(cfg.options.scales.y, pad);
+      cfg.options.scales.y.ticks.stepSize = step;
       this.chart = new window.Chart(this.canvas.getContext("2d"), cfg);
     } else {
       Object.assign(this.chart.options.scales.y, pad);
+      this.chart.options.scales.y.ticks.stepSize = step;
       this.chart.data.datasets = datasets;
       this.chart.options.plugins.legend.display = datasets.length > 1;
       this.chart.update("none");

@@ -42,7 +42,7 @@ export async function comparePage(main, params) {
     loss: new LineChart("Train loss", { fmt: (v) => fmtNum(v, 3) }),
     acc: new LineChart("Evaluation accuracy", { fmt: fmtPct, min: 0, max: 1 }),
     sps: new LineChart("Samples/s", { fmt: (v) => fmtNum(v, 3), zero: true }),
-    mem: new LineChart("Peak memory per step", { fmt: fmtBytes, zero: true }),
+    mem: new LineChart("Peak memory per step", { fmt: fmtBytes, zero: true, bytes: true }),
   };
   clear(main, h("h1", {}, "Compare jobs"), table, h("h2", {}, "Curves"),
     h("div", { class: "charts" }, Object.values(charts).map((c) => c.el)));

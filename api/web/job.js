@@ -31,12 +31,13 @@ export async function jobPage(main, id) {
     acc: new LineChart("Evaluation accuracy", { fmt: fmtPct, min: 0, max: 1 }),
     lr: new LineChart("Learning rate", { fmt: (v) => fmtNum(v, 3) }),
     sps: new LineChart("Samples/s", { fmt: (v) => fmtNum(v, 3), zero: true }),
-    mem: new LineChart("Memory", { fmt: fmtBytes, zero: true }),
+    mem: new LineChart("Memory", { fmt: fmtBytes, zero: true, bytes: true }),
     scale: new LineChart("fp16 loss scale", { y: "log", fmt: (v) => fmtNum(v, 3) }),
   };
   const grid = h("div", { class: "charts" }, Object.values(charts).map((c) => c.el));
+  const noSteps = h("p", { class: "muted", hidden: true }, "No step was recorded: the job ended before its first step.");
   const links = h("div", { class: "links" });
-  clear(main, head, info, links, summary, h("h2", {}, "Curves"), grid, spec);
+  clear(main, head, info, links, summary, h("h2", {}, "Curves"), noSteps, grid, spec);
 
   function renderHead() {
     const j = job;
@@ -76,7 +77,7 @@ export async function jobPage(main, id) {
       h("a", { href: `/compare?ids=${j.id}` }, "compare…"));
     if (j.summary) {
       clear(summary, h("h2", {}, "Summary"),
-        h("div", { class: "tiles" }, Object.entries(j.summary).map(([k, v]) =>
+        h("div", { class: "tiles" }, Object.entries(j.summary).filter(([k]) => k !== "error").map(([k, v]) =>
           h("div", { class: "tile" }, h("div", { class: "tile-k" }, k), h("div", { class: "tile-v" }, fmtField(k, v))))));
       summary.hidden = false;
     } else summary.hidden = true;
@@ -84,6 +85,10 @@ export async function jobPage(main, id) {
   }
 
   function drawCharts() {
+    const none = !!job && FINAL.has(job.state) && steps.n === 0 && evals.size === 0;
+    noSteps.hidden = !none;
+    grid.hidden = none;
+    if (none) return;
     const c = steps.cols, xs = c.step;
     const ev = [...evals.values()].sort((a, b) => a.step - b.step);
     const kind = (k) => ev.filter((e) => e.kind === k);

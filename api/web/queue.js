@@ -17,11 +17,14 @@ export function waitingText(j) {
     case "max_jobs": return `${w.device} runs its maximum of jobs`;
     case "priority": return `${w.device} is held for job #${w.behind}`;
     case "storage": return `the database: ${w.message || "cannot be written"}`;
+    case "dependency": return `job${(w.after || []).length > 1 ? "s" : ""} ${(w.after || []).map(i => "#" + i).join(", ")} to succeed (after)`;
+    case "user_limit": return "its owner runs their maximum of jobs";
     default: return w.reason + (w.device ? ` (${w.device})` : "") + (w.message ? `: ${w.message}` : "");
   }
 }
 
-// Cancel (queued, running) or Delete (finished): JSON requests, confirmed first.
+// Cancel (queued, running), Requeue (failed, cancelled) or Delete (finished): JSON requests; Cancel and
+// Delete are confirmed first.
 export function jobActions(j, after, afterDelete) {
   const box = h("span", { class: "actions" });
   if (!FINAL.has(j.state) && !j.cancel_requested) {
@@ -32,6 +35,15 @@ export function jobActions(j, after, afterDelete) {
       catch (err) { banner(err.message); }
       after && after();
     } }, "Cancel"));
+  }
+  if (j.state === "failed" || j.state === "cancelled") {
+    box.append(h("button", { title: "POST /v1/jobs/" + j.id + "/requeue: back to the queue, resuming from its checkpoint",
+                             onclick: async (e) => {
+      e.target.disabled = true;
+      try { await send("POST", `/v1/jobs/${j.id}/requeue`, {}); banner(`job ${j.id} requeued`, "info"); }
+      catch (err) { banner(err.message); }
+      after && after();
+    } }, "Requeue"));
   }
   if (FINAL.has(j.state)) {
     box.append(h("button", { class: "danger", title: "DELETE /v1/jobs/" + j.id, onclick: async (e) => {

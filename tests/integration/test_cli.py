@@ -137,3 +137,164 @@ def test_cifar10_binary_with_augmentation(trainq, tmp_path):
     assert r.returncode == 1
     err = json.loads(r.stdout)["error"]
     assert "test_batch.bin" in err["message"]
+
+
+# ---------------------------------------------------------------- --help on every command
+# What each command's --help says it takes, checked against what its parser takes: the commands
+# come from `trainq --help` (a new one is covered as soon as it is listed there), the options
+# from each --help; every listed option is fed to its command, with a value where it takes one,
+# in a command line that gets past parsing and stops before any work (a spec that does not
+# parse, an address that does not parse, a daemon that is not there), and must not be refused;
+# every option-like string literal of the command's source file that --help does not list, and
+# a made-up one, must be refused as "unknown option ... (trainq CMD --help ...)", exit 2.
+import os      # noqa: E402
+import re      # noqa: E402
+import socket  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[2]
+REFUSED = ("unknown option", "unexpected argument", "needs a value", "takes no value",
+           "as two arguments", "unknown or incomplete")
+
+
+def sh(trainq, *args, cwd=None, env=None):
+    e = {k: v for k, v in os.environ.items() if k not in ("TRAINQ_SERVER", "TRAINQ_SOCKET")}
+    return subprocess.run([trainq] + [str(a) for a in args], stdin=subprocess.DEVNULL,
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=60,
+                          cwd=cwd, env=dict(e, **(env or {})))
+
+
+def top_level(trainq):
+    """{command: its synopsis lines in `trainq --help`}, and the set of client commands."""
+    r = sh(trainq, "--help")
+    assert r.returncode == 0 and r.stderr == "", r
+    assert r.stdout == sh(trainq, "-h").stdout == sh(trainq, "help").stdout
+    syn, client, cur, in_client = {}, set(), None, False
+    for line in r.stdout.splitlines():
+        m = re.match(r"(?:usage: |       )trainq (\S+)", line)
+        if m:
+            cur = m.group(1)
+            syn[cur] = [line[7:]]
+            if in_client:
+                client.add(cur)
+        elif line.startswith("client commands"):
+            in_client, cur = True, None
+        elif cur and line.startswith(" " * 8):
+            syn[cur].append(line[7:])
+        else:
+            cur = None
+    return syn, client
+
+
+def help_options(text):
+    """[(flag, alias, arg)] of a --help's options: section"""
+    lines = text.splitlines()
+    assert "options:" in lines, text
+    out = []
+    for line in lines[lines.index("options:") + 1:]:
+        if not line.startswith("  "):
+            break
+        m = re.match(r"  (?:(-\w), )?(--[a-z][\w-]*)(?: (\S+))?(?:  |$)", line)
+        assert m, "an options: line that is not an option: %r" % line
+        out.append((m.group(2), m.group(1), m.group(3)))
+    return out
+
+
+def value_for(arg, tmp_path):
+    first = arg.split("|")[0]
+    if first != first.upper():          # a literal choice: auto, me, cpu, true
+        return first
+    f = tmp_path / "empty.conf"
+    f.write_text("")
+    return {"PATH": tmp_path / "x.db", "FILE": f, "DIR": tmp_path / "out", "MB": "64",
+            "DURATION": "10m", "HOST:PORT": "127.0.0.1:1", "S": "queued", "GROUP": "root",
+            "URL": "http://127.0.0.1:1", "BYTES": "0"}.get(first, "1")
+
+
+def source_of(cmd):
+    """The source file that defines the command's option table (its doc)."""
+    pat = re.compile(r"\b(?:tq_doc_%s|%s_doc)\s*=\s*\{" % (cmd, cmd))
+    for p in sorted((REPO / "daemon").glob("*.c")) + sorted((REPO / "client").glob("*.c")):
+        if pat.search(p.read_text()):
+            return p
+    return None
+
+
+def test_help_of_every_command(trainq, tmp_path):
+    syn, client = top_level(trainq)
+    expected = {"run", "plan", "devices", "version", "serve", "worker", "submit", "ls", "show",
+                "logs", "steps", "cancel", "rm", "compare"}
+    assert expected <= set(syn), sorted(syn)
+    assert {"submit", "ls", "show", "logs", "steps", "cancel", "rm", "compare"} <= client
+    man = REPO / "docs" / "trainq.1"      # the man page (make docs) names every command and option too
+    man = man.read_text().replace("\\-", "-") if man.is_file() else None
+    closed = socket.socket()
+    closed.bind(("127.0.0.1", 0))     # bound, never listening: connections are refused
+    server = "http://127.0.0.1:%d" % closed.getsockname()[1]
+    bad_spec = tmp_path / "bad.json"
+    bad_spec.write_text("{not json")
+    spec = tmp_path / "spec.json"
+    spec.write_text("{}")
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+
+    def base(cmd):
+        """(arguments that get past parsing and stop before any work, what then shows it)"""
+        if cmd in client:
+            first = [spec] if cmd == "submit" else ([] if cmd == "ls" else ["1"])
+            return first + ["--server", server], lambda r: r.returncode == 3 and "cannot reach" in r.stderr
+        if cmd in ("run", "plan"):
+            return [bad_spec, "--out", tmp_path / "out"] if cmd == "run" else [bad_spec], \
+                lambda r: r.returncode == 2 and "invalid spec" in r.stderr
+        if cmd == "serve":
+            return ["--listen", "nope"], lambda r: r.returncode == 2 and "--listen wants" in r.stderr
+        if cmd == "worker":
+            return [], lambda r: r.returncode == 2 and "needs --db PATH and --job ID" in r.stderr
+        return [], lambda r: r.returncode == 0
+
+    try:
+        for cmd in sorted(syn):
+            r = sh(trainq, cmd, "--help", cwd=cwd)
+            assert r.returncode == 0 and r.stderr == "", (cmd, r)
+            assert r.stdout.startswith("usage: trainq %s" % cmd), (cmd, r.stdout)
+            assert sh(trainq, cmd, "-h", cwd=cwd).stdout == r.stdout, cmd
+            # the synopsis of --help is the line of `trainq --help`
+            lines = r.stdout.splitlines()
+            usage = [lines[0][7:]]
+            for line in lines[1:]:
+                if not line.startswith(" " * 8):
+                    break
+                usage.append(line[7:])
+            assert usage == syn[cmd], (cmd, usage, syn[cmd])
+            opts = help_options(r.stdout)
+            flags = {f for f, _, _ in opts} | {a for _, a, _ in opts if a}
+            assert {"--help", "-h"} <= flags, (cmd, flags)
+            assert ("--server" in flags) == (cmd in client), (cmd, flags)
+            # the synopsis shows every option but --help and --server, and nothing else
+            shown = set(re.findall(r"(?<![\w-])(--?[a-z][\w-]*)", " ".join(syn[cmd])))
+            assert shown == flags - {"--help", "-h", "--server"}, (cmd, shown, flags)
+
+            if man is not None:
+                assert "trainq " + cmd in man, "docs/trainq.1 lacks trainq %s" % cmd
+                assert not [f for f in flags if f not in man], ("docs/trainq.1 lacks options of", cmd,
+                                                                [f for f in flags if f not in man])
+
+            args, past_parsing = base(cmd)
+            for flag, alias, arg in opts:
+                if flag == "--help":
+                    continue
+                for name in filter(None, (flag, alias)):
+                    given = [name] + ([value_for(arg, tmp_path)] if arg else [])
+                    r = sh(trainq, cmd, *given, *args, cwd=cwd)
+                    assert not any(s in r.stderr for s in REFUSED), (cmd, given, r)
+                    assert past_parsing(r), (cmd, given, r)
+
+            src = source_of(cmd)
+            assert src is not None, "no option table (tq_doc_%s or %s_doc) for %s" % (cmd, cmd, cmd)
+            literals = set(re.findall(r'"(--?[a-z][a-z0-9-]*)', src.read_text()))
+            for name in sorted((literals | {"--no-such-option", "-Z"}) - flags):
+                r = sh(trainq, cmd, name, *args, cwd=cwd)
+                assert r.returncode == 2, (cmd, name, r)
+                assert "unknown option %s (trainq %s --help" % (name, cmd) in r.stderr, (cmd, name, r.stderr)
+    finally:
+        closed.close()

@@ -16,7 +16,7 @@ import pytest
 
 from test_daemon import TRAINQ, STEP_FIELDS, free_port, make_daemon, wait_until  # noqa: F401 (fixture)
 
-COMMANDS = ["submit", "ls", "show", "logs", "steps", "cancel", "rm", "compare"]
+COMMANDS = ["submit", "ls", "show", "logs", "steps", "cancel", "requeue", "rm", "compare"]
 
 SYN = {"model": "cnn", "dataset": "synthetic",
        "synthetic": {"train": 256, "test": 32, "height": 8, "width": 8, "channels": 1},
@@ -151,7 +151,8 @@ def test_bad_usage_exits_2(cli, tmp_path):
         (["submit", bad], "not valid JSON"),
         (["submit", arr], "not a JSON object"),
         (["submit", bad, "--priority", "high"], "not valid JSON"),
-        (["ls", "--bogus"], "unexpected argument"),
+        (["ls", "--bogus"], "unknown option --bogus (trainq ls --help"),
+        (["ls", "extra"], "unexpected argument"),
         (["steps", "1", "--bogus"], "unknown option"),
         (["compare"], "which jobs"),
         (["logs", "-f", "--previous", "1"], "cannot be followed"),

@@ -8,9 +8,12 @@ The browser part drives Debian's `chromium` headless through the DevTools protoc
 (--remote-debugging-pipe: no websocket, no extra package) against a daemon with a finished job
 and a running one: the queue page, a finished job's page and a running one's (its step counter
 must move: the event stream works), the compare page, and the Cancel button (a JSON POST). No
-console error, uncaught exception or CSP violation may appear. It skips, saying why, where
-chromium is not installed (scripts/install-deps installs it). Screenshots go to
-$TRAINQ_SCREENSHOTS when set (else the test's tmp dir).
+console error, uncaught exception or CSP violation may appear. A job that failed on its
+dataset shows its error's code and message on its page, and the queue page says it failed. It
+skips, saying why, where chromium is not installed (scripts/install-deps installs it).
+Screenshots (dashboard-queue, -job-finished, -job-running, -job-failed, -compare .png) go to
+$TRAINQ_SCREENSHOTS when set, relative to the repository (TRAINQ_SCREENSHOTS=docs/img rewrites
+the pictures README.md and docs/api.md show), else to the test's tmp dir.
 """
 import base64
 import fcntl
@@ -28,6 +31,7 @@ from pathlib import Path
 import pytest
 
 from test_daemon import _SKIP, make_daemon, small, medium, wait_until  # noqa: F401 (fixture)
+from test_logs import job_whose_dataset_breaks
 
 pytestmark = pytest.mark.skipif(_SKIP is not None, reason=_SKIP or "")
 
@@ -277,13 +281,21 @@ class Browser:
         os.close(self._r)
 
 
+def screenshot_dir(tmp_path):
+    """$TRAINQ_SCREENSHOTS (relative to the repository: TRAINQ_SCREENSHOTS=docs/img writes the
+    README's pictures), else the test's tmp dir."""
+    env = os.environ.get("TRAINQ_SCREENSHOTS")
+    shots = (Path(__file__).resolve().parents[2] / env) if env else tmp_path
+    shots.mkdir(parents=True, exist_ok=True)
+    return shots
+
+
 def test_dashboard_in_chromium(make_daemon, tmp_path):
     exe = chromium()
     if not exe:
         pytest.skip("chromium is not installed (apt-get install chromium, or scripts/install-deps): "
                     "the browser half of the dashboard test needs it")
-    shots = Path(os.environ.get("TRAINQ_SCREENSHOTS") or tmp_path)
-    shots.mkdir(parents=True, exist_ok=True)
+    shots = screenshot_dir(tmp_path)
     d = make_daemon()
     base = "http://127.0.0.1:%d" % d.port
     done = d.submit(small(steps=60, name="finished-mlp", eval_every=20, prune={"amount": 0.5}))
@@ -334,6 +346,37 @@ def test_dashboard_in_chromium(make_daemon, tmp_path):
             d.wait_state(rid, "cancelled", timeout=60)
             assert any("Cancel job %d" % rid in m for m in b.dialogs), b.dialogs
             b.wait("document.querySelector('.badge')?.textContent === 'cancelled'", "the page to show the cancel")
+            assert not b.problems, "the browser reported:\n" + "\n".join(b.problems)
+        finally:
+            b.close()
+
+
+def test_failed_job_page_shows_why(make_daemon, tmp_path):
+    """A job that failed on its dataset (test_logs.job_whose_dataset_breaks): its page shows the
+    error's code and message (job.js, the error box under the summary), and the queue page
+    names the failure among the finished jobs."""
+    exe = chromium()
+    if not exe:
+        pytest.skip("chromium is not installed (apt-get install chromium, or scripts/install-deps)")
+    shots = screenshot_dir(tmp_path)
+    d = make_daemon()
+    base = "http://127.0.0.1:%d" % d.port
+    j, reason = job_whose_dataset_breaks(d, tmp_path)
+    with tempfile.TemporaryDirectory() as profile:
+        b = Browser(exe, profile)
+        try:
+            b.goto(base + "/jobs/%d" % j["id"])
+            b.wait("document.querySelector('.job-name')?.textContent === 'broken-data' && "
+                   "!!document.querySelector('.error-box')", "the failed job's page")
+            shown = b.js("document.querySelector('.error-box').innerText")
+            assert " ".join(shown.split()) == " ".join(reason.split()), (shown, reason)
+            assert b.js("document.querySelector('.badge')?.textContent") == "failed"
+            b.screenshot(shots / "dashboard-job-failed.png")
+
+            b.goto(base + "/")
+            b.wait("document.body.innerText.includes('broken-data')", "the queue page")
+            row = b.js("[...document.querySelectorAll('tr')].find(r => r.innerText.includes('broken-data'))?.innerText")
+            assert row and "failed" in row and "invalid_data" in row, row
             assert not b.problems, "the browser reported:\n" + "\n".join(b.problems)
         finally:
             b.close()

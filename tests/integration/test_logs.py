@@ -1,10 +1,14 @@
 """Each job's own log (issue 17): the worker's stdout and stderr go to jobs/<id>/log, not the
 daemon's journal; GET /v1/jobs/{id}/log serves it, ?follow=1 streams it until the job ends,
-and a failed job's error points to it."""
+and a failed job's error points to it; a job whose dataset breaks before it starts says why
+there, in `trainq logs` and in `trainq show` (test_dashboard checks its page)."""
 import http.client
+import os
+import struct
+import subprocess
 import time
 
-from test_daemon import make_daemon  # noqa: F401 (fixture)
+from test_daemon import TRAINQ, long_job, make_daemon  # noqa: F401 (fixture)
 
 
 def spec(**kw):
@@ -50,3 +54,56 @@ def test_log_of_a_job_and_following_it(make_daemon, tmp_path):
     assert r.status == 404 and r.json()["error"]["code"] == "not_found"    # never rotated
     assert d.request("GET", "/v1/jobs/%d/log?follow=2" % lid).status == 400
     assert d.request("GET", "/v1/jobs/999/log").status == 404
+
+
+# ---------------------------------------------------------------- a dataset that breaks
+def idx_dataset(path, n_train=64, n_test=16):
+    """A small data_dir in Fashion-MNIST's layout (train-/t10k-, images-idx3/labels-idx1, plain
+    IDX files of 28x28 images; train/dataset.c also reads them gzip'd)."""
+    path.mkdir()
+    for prefix, n in (("train", n_train), ("t10k", n_test)):
+        (path / ("%s-images-idx3-ubyte" % prefix)).write_bytes(
+            struct.pack(">IIII", 2051, n, 28, 28) + bytes((i * 7) % 256 for i in range(n * 28 * 28)))
+        (path / ("%s-labels-idx1-ubyte" % prefix)).write_bytes(
+            struct.pack(">II", 2049, n) + bytes(i % 10 for i in range(n)))
+    return path
+
+
+def job_whose_dataset_breaks(d, tmp_path):
+    """A Fashion-MNIST job whose files are fine when it is submitted (submission reads them all:
+    a corrupt set is a 400 there) and truncated before it starts, as a copy or download still
+    going on would leave them: it waits behind a job holding the CPU, the train images are cut
+    in place (the same directory, so not input_changed), the other job is cancelled. Returns the
+    failed job and the message its error must carry."""
+    data = idx_dataset(tmp_path / "fmnist")
+    blocker = d.submit(long_job(name="blocker"))["id"]
+    d.wait_state(blocker, "running", timeout=60)
+    jid = d.submit({"name": "broken-data", "model": "mlp", "dataset": "fashion-mnist",
+                    "data_dir": str(data), "device": "cpu", "threads": 1, "batch_size": 16,
+                    "steps": 4})["id"]
+    images = data / "train-images-idx3-ubyte"
+    with open(images, "r+b") as f:
+        f.truncate(16 + 10 * 28 * 28)          # the header says 64 images; 10 are left
+    r = d.request("POST", "/v1/jobs/%d/cancel" % blocker, body=b"{}",
+                  headers={"Content-Type": "application/json"})
+    assert r.status == 200, r
+    j = d.wait_state(jid, "failed", timeout=120)
+    assert j["error"]["code"] == "invalid_data", j
+    assert str(images) in j["error"]["message"] and "truncated" in j["error"]["message"], j
+    return j, "invalid_data: " + j["error"]["message"]
+
+
+def test_dataset_error_in_the_log_and_the_client(make_daemon, tmp_path):
+    """The reason a job failed on its dataset is in its log (GET .../log, `trainq logs ID`) and
+    in `trainq show ID`, word for word as in the job's error."""
+    d = make_daemon()
+    j, reason = job_whose_dataset_breaks(d, tmp_path)
+    log = d.request("GET", j["log"]).body.decode()
+    assert "trainq worker: job %d: failed: %s" % (j["id"], reason) in log, log
+    env = {k: v for k, v in os.environ.items() if k not in ("TRAINQ_SERVER", "TRAINQ_SOCKET")}
+    server = "http://127.0.0.1:%d" % d.port
+    for args in (["logs", str(j["id"])], ["show", str(j["id"])]):
+        r = subprocess.run([str(TRAINQ)] + args + ["--server", server], stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True, timeout=60, env=env, cwd=str(tmp_path))
+        assert r.returncode == 0, (args, r)
+        assert j["error"]["message"] in r.stdout and "invalid_data" in r.stdout, (args, r.stdout)

@@ -1,7 +1,9 @@
 """systemd/trainq.service: `systemd-analyze verify` accepts it, with no warning at all (unknown
 keys and bad values are only warnings there, exit status 0), and it keeps the properties the
-daemon issue asks for. Verified on a copy whose ExecStart points at build/trainq, since verify
-needs the binary to exist and /usr/local/bin/trainq is only there after `make install`."""
+daemon issue asks for. Verified twice: on a copy whose ExecStart points at the binary under test
+(verify needs the binary to exist, and /usr/local/bin/trainq is only there after `make install`),
+and as installed: `make install DESTDIR=ROOT` staged, then `systemd-analyze verify --root=ROOT`
+(what `make verify-unit` runs). The make targets install the binary under test (its BUILD)."""
 import os
 import re
 import shutil
@@ -14,6 +16,20 @@ REPO = Path(__file__).resolve().parents[2]
 UNIT = REPO / "systemd" / "trainq.service"
 CONF = REPO / "systemd" / "trainq.conf.example"
 INSTALLED_BIN = "/usr/local/bin/trainq"
+
+
+def build_of(trainq):
+    """The BUILD directory (relative to the repository) of the binary under test, so that the
+    make targets below install that binary and build nothing elsewhere; skips for a binary
+    outside the repository."""
+    p = Path(trainq).resolve()
+    try:
+        rel = p.parent.relative_to(REPO)
+    except ValueError:
+        pytest.skip("%s is outside the repository: no BUILD directory to install from" % p)
+    if p.name != "trainq" or not str(rel) or str(rel) == ".":
+        pytest.skip("%s is not BUILD/trainq" % p)
+    return str(rel)
 
 
 def unit_directives(text):
@@ -106,15 +122,16 @@ def test_verify_would_catch_mistakes(tmp_path, trainq):
     assert "NoSuchKey" in r.stdout
 
 
-def test_make_install_staged(tmp_path):
+def test_make_install_staged(tmp_path, trainq):
     """`make install DESTDIR=... PREFIX=...` (what a package build does): binary, unit with
-    ExecStart following PREFIX, config installed once and then kept; uninstall removes the
-    binary and the unit and keeps the config. No user is created and systemctl is not run
-    with a DESTDIR."""
+    ExecStart following PREFIX, config installed once and then kept, the docs (docs/spec.md
+    among them) and the man page trainq(1); uninstall removes the binary, the unit, the docs
+    and the man page and keeps the config. No user is created and systemctl is not run with a
+    DESTDIR."""
     if shutil.which("make") is None:
         pytest.skip("make is not installed")
     dest = tmp_path / "pkg"
-    mk = ["make", "-s", "-C", str(REPO), "DESTDIR=%s" % dest, "PREFIX=/opt/tq"]
+    mk = ["make", "-s", "-C", str(REPO), "DESTDIR=%s" % dest, "PREFIX=/opt/tq", "BUILD=%s" % build_of(trainq)]
     r = subprocess.run(mk + ["install"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                        text=True, timeout=600)
     assert r.returncode == 0, r.stdout
@@ -126,6 +143,11 @@ def test_make_install_staged(tmp_path):
     assert "ExecStart=/opt/tq/bin/trainq serve " in unit.read_text()
     assert INSTALLED_BIN not in unit.read_text()
     assert conf.read_text() == CONF.read_text()
+    docdir, man = dest / "opt/tq/share/doc/trainq", dest / "opt/tq/share/man/man1/trainq.1"
+    for name in ("README.md", "api.md", "spec.md"):
+        assert (docdir / name).read_bytes() == (REPO / ("docs" if name != "README.md" else "") / name).read_bytes()
+    assert man.read_bytes() == (REPO / "docs" / "trainq.1").read_bytes()
+    assert (man.stat().st_mode & 0o777) == 0o644
     conf.write_text("listen=127.0.0.1:9999\n")            # the admin's edit survives
     r = subprocess.run(mk + ["install"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                        text=True, timeout=600)
@@ -135,4 +157,69 @@ def test_make_install_staged(tmp_path):
                        text=True, timeout=120)
     assert r.returncode == 0, r.stdout
     assert not binary.exists() and not unit.exists() and conf.exists()
+    assert not man.exists() and not docdir.exists()
     assert "/var/lib/trainq" in r.stdout                  # says what it kept
+
+
+def host_units():
+    for d in ("/usr/lib/systemd/system", "/lib/systemd/system"):
+        if os.path.isdir(d):
+            return d
+    pytest.skip("no systemd units on this machine to verify against")
+
+
+def verify_in(root, unit):
+    """systemd-analyze verify --root=ROOT UNIT -> (exit status, its lines about trainq, all).
+    With --root, a unit outside systemd's search path (PREFIX=/opt/tq) is "not found":
+    SYSTEMD_UNIT_PATH adds its directory (the trailing ':' keeps the default path)."""
+    env = dict(os.environ, SYSTEMD_UNIT_PATH=os.path.dirname(unit) + ":")
+    r = subprocess.run(["systemd-analyze", "verify", "--root=%s" % root, unit], stdout=subprocess.PIPE,
+                       stderr=subprocess.STDOUT, text=True, timeout=60, env=env)
+    return r.returncode, [l for l in r.stdout.splitlines() if "trainq" in l], r.stdout
+
+
+@pytest.mark.skipif(shutil.which("systemd-analyze") is None or shutil.which("make") is None,
+                    reason="systemd-analyze (Debian package systemd) or make is not installed")
+@pytest.mark.parametrize("prefix", ["/usr/local", "/opt/tq"])
+def test_systemd_analyze_verify_as_installed(tmp_path, trainq, prefix):
+    """The unit as `make install` writes it (ExecStart, Documentation and the config path
+    substituted for PREFIX and SYSCONFDIR), verified in the staged root: `--root` makes
+    systemd-analyze look for ExecStart's binary there, and the machine's own units copied in
+    give it the targets the unit refers to (sysinit.target, multi-user.target). This is what
+    `make verify-unit` does (README, "Run it as a service")."""
+    root = tmp_path / "root"
+    r = subprocess.run(["make", "-s", "-C", str(REPO), "install", "DESTDIR=%s" % root, "PREFIX=%s" % prefix,
+                        "BUILD=%s" % build_of(trainq)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                       text=True, timeout=600)
+    assert r.returncode == 0, r.stdout
+    unit = "%s/lib/systemd/system/trainq.service" % prefix
+    text = (root / unit.lstrip("/")).read_text()
+    assert "ExecStart=%s/bin/trainq serve " % prefix in text
+    if prefix != "/usr/local":
+        assert INSTALLED_BIN not in text
+    shutil.copytree(host_units(), root / "usr/lib/systemd/system", symlinks=True)
+    rc, ours, out = verify_in(root, unit)
+    assert rc == 0 and ours == [], out
+
+    # the same check reports what it is for: a key systemd does not know, a binary missing
+    good = text
+    (root / unit.lstrip("/")).write_text(good.replace("[Install]", "NoSuchKey=1\n[Install]"))
+    rc, ours, out = verify_in(root, unit)
+    assert any("NoSuchKey" in l for l in ours), out
+    (root / unit.lstrip("/")).write_text(good)
+    (root / prefix.lstrip("/") / "bin/trainq").unlink()
+    rc, ours, out = verify_in(root, unit)
+    assert rc != 0 and any("%s/bin/trainq" % prefix in l for l in ours), out
+
+
+@pytest.mark.skipif(shutil.which("systemd-analyze") is None or shutil.which("make") is None,
+                    reason="systemd-analyze (Debian package systemd) or make is not installed")
+def test_make_verify_unit(trainq):
+    """`make verify-unit`, the command README gives for checking the unit before installing."""
+    build = build_of(trainq)
+    r = subprocess.run(["make", "-s", "-C", str(REPO), "verify-unit", "BUILD=%s" % build],
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout
+    assert "verify-unit: systemd-analyze verify accepts /usr/local/lib/systemd/system/trainq.service" in r.stdout, \
+        r.stdout
+    shutil.rmtree(REPO / build / "verify-root", ignore_errors=True)
