@@ -53,12 +53,45 @@ static cJSON *parse_or_null(const char *text) {
     return v ? v : cJSON_CreateNull();
 }
 
+/* cJSON 1.7.15 prints a number with %1.15g whenever that reads back within a relative
+ * DBL_EPSILON of it, so a stored spec's 0.9999999999999999 came out as 1 (outside the
+ * backoff_factor range the spec was accepted in) and a seed of 2^53 as 9.00719925474099e+15.
+ * Each number of item whose %.15g text is not exactly it becomes a raw item with the shortest
+ * text that is (as spec.c wrote it): the spec a job shows is the one it runs, and can be
+ * resubmitted as it is. Numbers %.15g holds exactly (every count, id and small integer the
+ * handlers read back with cJSON_IsNumber) stay numbers. */
+static void exact_numbers(cJSON *item, int depth) {
+    if (!item || depth > 64) return;
+    for (cJSON *c = item->child, *next; c; c = next) {
+        next = c->next;
+        if (cJSON_IsObject(c) || cJSON_IsArray(c)) { exact_numbers(c, depth + 1); continue; }
+        if (!cJSON_IsNumber(c) || !isfinite(c->valuedouble)) continue;
+        double d = c->valuedouble;
+        char t[40];
+        snprintf(t, sizeof t, "%.15g", d);
+        if (strtod(t, NULL) == d) continue;
+        snprintf(t, sizeof t, "%.16g", d);
+        if (strtod(t, NULL) != d) snprintf(t, sizeof t, "%.17g", d);
+        cJSON *raw = cJSON_CreateRaw(t);
+        if (!raw) continue;
+        raw->string = c->string;   /* the member's key moves over (ReplaceItemViaPointer keeps none) */
+        raw->type |= c->type & cJSON_StringIsConst;
+        c->string = NULL;
+        if (!cJSON_ReplaceItemViaPointer(item, c, raw)) {   /* cannot fail for a child of item */
+            c->string = raw->string;
+            raw->string = NULL;
+            cJSON_Delete(raw);
+        }
+    }
+}
+
 cJSON *tq_job_json(const tq_job *j) {
     cJSON *o = cJSON_CreateObject();
     cJSON_AddNumberToObject(o, "id", (double)j->id);
     add_text(o, "name", j->name);
     add_text(o, "state", j->state);
     cJSON *spec = parse_or_null(j->spec);
+    exact_numbers(spec, 0);
     cJSON_AddItemToObject(o, "spec", spec);
     cJSON_AddNumberToObject(o, "priority", j->priority);
     if (j->submission_id[0]) add_text(o, "submission_id", j->submission_id);

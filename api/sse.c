@@ -180,7 +180,7 @@ static void poll_db(tq_sse *s, tq_store *st) {
             cJSON_AddStringToObject(o, "state", p.job.state);
             emit(s, "state", NULL, o);
         }
-        emit(s, "job", NULL, tq_job_json(&p.job));
+        emit(s, "job", NULL, tq_api_job_json(s->api, &p.job));   /* as GET /v1/jobs/{id} answers */
         s->finished = 1;
     }
     free(p.steps); free(p.evals); tq_events_free(p.events, p.nevents);
