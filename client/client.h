@@ -78,6 +78,9 @@ const char *tq_http_errmsg(const tq_http_resp *r, char *buf, size_t n);
 const char *tq_http_errcode(const tq_http_resp *r, char *buf, size_t n);
 /* The error's field or "" */
 const char *tq_http_errfield(const tq_http_resp *r, char *buf, size_t n);
+/* Prints "PROG: job ID: MESSAGE" to stderr for an error answer about one job (without the
+ * "job ID:" when the message names the job already): cancel, rm, requeue. */
+void tq_http_job_error(const char *prog, long long id, const tq_http_resp *r);
 
 /* ---- shared helpers (client/util.c) ---- */
 

@@ -363,3 +363,11 @@ const char *tq_http_errmsg(const tq_http_resp *r, char *buf, size_t n) {
     cJSON_Delete(root);
     return buf;
 }
+
+void tq_http_job_error(const char *prog, long long id, const tq_http_resp *r) {
+    char msg[1024], self[48];
+    tq_http_errmsg(r, msg, sizeof msg);
+    snprintf(self, sizeof self, "job %lld", id);
+    if (strstr(msg, self)) fprintf(stderr, "%s: %s\n", prog, msg);   /* it names the job already */
+    else fprintf(stderr, "%s: job %lld: %s\n", prog, id, msg);
+}

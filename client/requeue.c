@@ -58,11 +58,7 @@ int tq_cli_requeue(int argc, char **argv) {
                 printf("job %lld requeued: it starts at step 0\n", ids[i]);
             cJSON_Delete(j);
         } else {
-            char msg[1024], self[48];
-            tq_http_errmsg(&r, msg, sizeof msg);
-            snprintf(self, sizeof self, "job %lld", ids[i]);
-            if (strstr(msg, self)) fprintf(stderr, "%s: %s\n", prog, msg);   /* it names the job already */
-            else fprintf(stderr, "%s: job %lld: %s\n", prog, ids[i], msg);
+            tq_http_job_error(prog, ids[i], &r);
             failed = 1;
         }
         tq_http_resp_free(&r);
