@@ -34,6 +34,7 @@ struct tq_api {
     pthread_t ticker;
     int ticker_started;
     volatile int stopping;
+    volatile int closing;        /* tq_api_stop began: accept_cb turns every new connection away */
     /* plan cache */
     pthread_mutex_t plan_mu;
     struct { char *key; long long total, data; unsigned stamp; } plans[16];
