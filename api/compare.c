@@ -271,6 +271,11 @@ enum MHD_Result tq_h_compare(tq_ctx *c) {
     } else if (rc) {
         ret = tq_send_store_error(c, s, rc == TQ_STORE_ENOJOB ? TQ_STORE_ERR : rc);
     } else {
+        ret = MHD_YES;
+        int readable = 1;
+        for (int i = 0; i < n && readable; i++)   /* private_jobs: every job must be the caller's */
+            if (st[i].have_job) readable = tq_may_read_job(c, &st[i].job, &ret);
+        if (!readable) goto out;
         const cmp_stats *base = &st[0];
         for (int i = 0; i < n; i++) if (ids[i] == baseline) base = &st[i];
         cJSON *o = cJSON_CreateObject();
@@ -279,6 +284,7 @@ enum MHD_Result tq_h_compare(tq_ctx *c) {
         for (int i = 0; i < n; i++) cJSON_AddItemToArray(arr, job_row(&st[i], base));
         ret = tq_send_json(c, MHD_HTTP_OK, o);
     }
+out:
     for (int i = 0; i < n; i++) if (st[i].have_job) tq_job_free(&st[i].job);
     free(st);
     return ret;

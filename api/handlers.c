@@ -65,6 +65,14 @@ static int may_write(tq_ctx *c, const tq_peer *p, enum MHD_Result *ans) {
     return 0;
 }
 
+/* 403 naming job j's owner and who may VERB it */
+static enum MHD_Result forbidden(tq_ctx *c, const tq_peer *p, const tq_job *j, const char *verb) {
+    return tq_send_error(c, MHD_HTTP_FORBIDDEN, "forbidden", NULL,
+                         "job %lld belongs to %s: only its owner, root or a member of the group %s may %s it%s%s",
+                         (long long)j->id, owner_shown(j), c->api->admin_group, verb,
+                         p->known ? "; you are " : " (this connection has no identity)", p->known ? p->user : "");
+}
+
 /* The job c->id for an action by the peer: 1 and *j (the caller frees it), or 0 answered (404,
  * 403 naming the owner). verb: "cancel", "delete", "read". */
 static int job_for(tq_ctx *c, tq_store *s, const tq_peer *p, const char *verb, tq_job *j, enum MHD_Result *ans) {
@@ -76,11 +84,17 @@ static int job_for(tq_ctx *c, tq_store *s, const tq_peer *p, const char *verb, t
     }
     if (!strcmp(verb, "read") && !c->api->private_jobs) return 1;
     if (may_act(c->api, p, j)) return 1;
-    *ans = tq_send_error(c, MHD_HTTP_FORBIDDEN, "forbidden", NULL,
-                         "job %lld belongs to %s: only its owner, root or a member of the group %s may %s it%s%s",
-                         (long long)c->id, owner_shown(j), c->api->admin_group, verb,
-                         p->known ? "; you are " : " (this connection has no identity)", p->known ? p->user : "");
+    *ans = forbidden(c, p, j, verb);
     tq_job_free(j);
+    return 0;
+}
+
+int tq_may_read_job(tq_ctx *c, const tq_job *j, enum MHD_Result *ans) {
+    if (!c->api->private_jobs) return 1;
+    tq_peer p;
+    tq_ctx_peer(c, &p);
+    if (may_act(c->api, &p, j)) return 1;
+    *ans = forbidden(c, &p, j, "read");
     return 0;
 }
 

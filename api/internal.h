@@ -92,6 +92,9 @@ int tq_query_int(tq_ctx *, const char *key, long long lo, long long hi, long lon
 /* render.c */
 cJSON *tq_job_json(const tq_job *);
 cJSON *tq_api_job_json(const tq_api *, const tq_job *);   /* the API's job object (handlers.c) */
+/* handlers.c: 1 when this connection may read job j (always, unless private_jobs: its owner,
+ * root, admin_group); else 0 and *ans the 403 naming the owner */
+int tq_may_read_job(tq_ctx *, const tq_job *j, enum MHD_Result *ans);
 void tq_rfc3339(int64_t ms, char out[32]);
 char *tq_steps_csv(const tq_step_rec *v, int n, size_t *len);   /* malloc'd */
 

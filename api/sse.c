@@ -230,7 +230,9 @@ enum MHD_Result tq_h_events(tq_ctx *c) {
     int rc = tq_queue_get(st, c->id, &j);
     if (rc < 0) return tq_send_store_error(c, st, rc);
     if (rc == 0) return tq_send_error(c, MHD_HTTP_NOT_FOUND, "not_found", NULL, "no job %lld", (long long)c->id);
+    int readable = tq_may_read_job(c, &j, &ans);   /* private_jobs */
     tq_job_free(&j);
+    if (!readable) return ans;
     tq_sse *s = calloc(1, sizeof *s);
     if (!s) return MHD_NO;
     s->api = c->api;

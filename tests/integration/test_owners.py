@@ -113,6 +113,12 @@ def test_private_jobs_and_per_user_cap(root, make_daemon):
     r = as_user(d, "nobody", "GET", "/v1/jobs/%d" % ids[0])
     assert r["status"] == 403 and "belongs to daemon" in r["json"]["error"]["message"], r
     assert [j["id"] for j in as_user(d, "nobody", "GET", "/v1/jobs")["json"]["jobs"]] == [other]
+    # nor through its event stream or a comparison that includes it
+    r = as_user(d, "nobody", "GET", "/v1/jobs/%d/events" % ids[0])
+    assert r["status"] == 403 and "belongs to daemon" in r["json"]["error"]["message"], r
+    r = as_user(d, "nobody", "GET", "/v1/compare?ids=%d,%d" % (other, ids[0]))
+    assert r["status"] == 403 and "belongs to daemon" in r["json"]["error"]["message"], r
+    assert as_user(d, "nobody", "GET", "/v1/compare?ids=%d" % other)["status"] == 200
     # one running job per user: daemon's second waits with user_limit while nobody's runs
     d.wait_state(other, "running", timeout=60)
     d.wait_state(ids[0], "running", timeout=60)
