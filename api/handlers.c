@@ -710,11 +710,8 @@ enum MHD_Result tq_h_delete(tq_ctx *c) {
     snprintf(dir, sizeof dir, "%s/%lld", c->api->jobs_dir, (long long)c->id);
     struct stat st;
     if (c->api->jobs_dir[0] && lstat(dir, &st) == 0) nftw(dir, rm_one, 8, FTW_DEPTH | FTW_PHYS);
-    struct MHD_Response *r = MHD_create_response_from_buffer(0, NULL, MHD_RESPMEM_PERSISTENT);
-    if (!r) return MHD_NO;
-    enum MHD_Result ret = MHD_queue_response(c->conn, MHD_HTTP_NO_CONTENT, r);
-    MHD_destroy_response(r);
-    return ret;
+    return tq_send_response(c, MHD_HTTP_NO_CONTENT, MHD_create_response_from_buffer(0, NULL, MHD_RESPMEM_PERSISTENT),
+                            NULL);
 }
 
 enum MHD_Result tq_h_model(tq_ctx *c) {
@@ -759,13 +756,10 @@ enum MHD_Result tq_h_model(tq_ctx *c) {
     tq_job_free(&j);
     struct MHD_Response *r = MHD_create_response_from_fd((uint64_t)st.st_size, fd);
     if (!r) { close(fd); return MHD_NO; }
-    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "application/octet-stream");
     char disp[96];
     snprintf(disp, sizeof disp, "attachment; filename=\"job-%lld.safetensors\"", (long long)c->id);
     MHD_add_response_header(r, "Content-Disposition", disp);
-    enum MHD_Result ret = MHD_queue_response(c->conn, MHD_HTTP_OK, r);
-    MHD_destroy_response(r);
-    return ret;
+    return tq_send_response(c, MHD_HTTP_OK, r, "application/octet-stream");
 }
 
 /* GET /v1/jobs/{id}/log: the job's worker output (jobs/<id>/log, kept under 1 MiB by the
@@ -799,12 +793,7 @@ enum MHD_Result tq_h_log(tq_ctx *c) {
     }
     struct MHD_Response *r = MHD_create_response_from_fd((uint64_t)st.st_size, fd);
     if (!r) { close(fd); return MHD_NO; }
-    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "text/plain; charset=utf-8");
-    MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
-    MHD_add_response_header(r, "X-Content-Type-Options", "nosniff");
-    enum MHD_Result ret = MHD_queue_response(c->conn, MHD_HTTP_OK, r);
-    MHD_destroy_response(r);
-    return ret;
+    return tq_send_response(c, MHD_HTTP_OK, r, "text/plain; charset=utf-8");
 }
 
 /* GET /v1/users: each owner's queued and running jobs and device time (the fair share's

@@ -88,7 +88,7 @@ static int match(const char *pattern, const char *url, const char **idseg, size_
 
 /* ---- responses ------------------------------------------------------------------------ */
 
-static enum MHD_Result queue(tq_ctx *c, unsigned status, struct MHD_Response *r, const char *ctype) {
+enum MHD_Result tq_send_response(tq_ctx *c, unsigned status, struct MHD_Response *r, const char *ctype) {
     if (!r) return MHD_NO;
     if (ctype) MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, ctype);
     MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
@@ -101,7 +101,7 @@ static enum MHD_Result queue(tq_ctx *c, unsigned status, struct MHD_Response *r,
 enum MHD_Result tq_send_text(tq_ctx *c, unsigned status, const char *ctype, char *text, size_t n) {
     struct MHD_Response *r = MHD_create_response_from_buffer(n, text, MHD_RESPMEM_MUST_FREE);
     if (!r) { free(text); return MHD_NO; }
-    return queue(c, status, r, ctype);
+    return tq_send_response(c, status, r, ctype);
 }
 
 enum MHD_Result tq_send_json(tq_ctx *c, unsigned status, cJSON *body) {
@@ -676,7 +676,8 @@ static enum MHD_Result access_cb(void *cls, struct MHD_Connection *conn, const c
         if (!match(routes[i].pattern, url, &seg, &sl)) continue;
         if (!strcmp(routes[i].method, m)) { hit = &routes[i]; idseg = seg; idlen = sl; break; }
         size_t al = strlen(allow);
-        snprintf(allow + al, sizeof allow - al, "%s%s", al ? ", " : "", routes[i].method);
+        snprintf(allow + al, sizeof allow - al, "%s%s%s", al ? ", " : "", routes[i].method,
+                 strcmp(routes[i].method, "GET") ? "" : ", HEAD");   /* every GET answers HEAD */
     }
     if (!hit && allow[0]) {
         struct MHD_Response *r;
@@ -691,7 +692,7 @@ static enum MHD_Result access_cb(void *cls, struct MHD_Connection *conn, const c
         r = MHD_create_response_from_buffer(strlen(s), s, MHD_RESPMEM_MUST_FREE);
         if (!r) { free(s); return MHD_NO; }
         MHD_add_response_header(r, MHD_HTTP_HEADER_ALLOW, allow);
-        return queue(&c, MHD_HTTP_METHOD_NOT_ALLOWED, r, "application/json");
+        return tq_send_response(&c, MHD_HTTP_METHOD_NOT_ALLOWED, r, "application/json");
     }
     if (!hit) return tq_send_error(&c, MHD_HTTP_NOT_FOUND, "not_found", NULL, "no endpoint %.200s", url);
     if (idseg) {

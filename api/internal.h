@@ -76,6 +76,9 @@ typedef enum MHD_Result (*tq_handler)(tq_ctx *);
 /* who is on the other end of the request's connection (looked up once per connection) */
 void tq_ctx_peer(tq_ctx *, tq_peer *);
 tq_store *tq_api_store(tq_ctx *);   /* NULL: the error was answered? no: caller answers 503 */
+/* queues r (and destroys it) with Cache-Control: no-store, X-Content-Type-Options: nosniff and
+ * the Content-Type ctype (NULL: none, or r's own) */
+enum MHD_Result tq_send_response(tq_ctx *, unsigned status, struct MHD_Response *r, const char *ctype);
 enum MHD_Result tq_send_json(tq_ctx *, unsigned status, cJSON *body);   /* takes body */
 enum MHD_Result tq_send_text(tq_ctx *, unsigned status, const char *ctype, char *text, size_t n); /* takes text */
 enum MHD_Result tq_send_error(tq_ctx *, unsigned status, const char *code, const char *field,

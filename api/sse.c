@@ -279,12 +279,8 @@ enum MHD_Result tq_h_events(tq_ctx *c) {
     put(s, "retry: 2000\n\n", 13);
     struct MHD_Response *r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024, reader, s, NULL);
     if (!r) return MHD_NO;   /* s goes with the request */
-    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
-    MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
     MHD_add_response_header(r, "X-Accel-Buffering", "no");
-    enum MHD_Result ret = MHD_queue_response(c->conn, MHD_HTTP_OK, r);
-    MHD_destroy_response(r);
-    return ret;
+    return tq_send_response(c, MHD_HTTP_OK, r, "text/event-stream");
 }
 
 void tq_sse_free(tq_api *a, tq_sse *s) {

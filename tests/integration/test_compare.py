@@ -337,7 +337,7 @@ def test_errors(daemon, jobs):
     for method in ("POST", "PUT", "DELETE"):
         st, headers, body = daemon.request(method, "/v1/compare?ids=%d" % a)
         assert st == 405, (method, st)
-        assert headers.get("allow") == "GET" and json.loads(body)["error"]["code"] == "method_not_allowed"
+        assert headers.get("allow") == "GET, HEAD" and json.loads(body)["error"]["code"] == "method_not_allowed"
 
 
 def test_running_and_queued_jobs(daemon, jobs):

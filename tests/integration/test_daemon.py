@@ -567,6 +567,8 @@ def test_submit_run_succeed_steps_csv_and_database(daemon):
     assert r.status == 200, r
     assert {"conv1.weight", "conv2.bias", "fc1.weight", "fc2.bias"} <= safetensors_names(r.body)
     assert (daemon.job_dir(jid) / "model.safetensors").read_bytes() == r.body
+    assert r.headers.get("x-content-type-options") == "nosniff" and r.headers.get("cache-control") == "no-store"
+    assert r.headers.get("content-type") == "application/octet-stream", r.headers
 
     listing = daemon.get("/v1/jobs")
     assert set(listing) >= {"jobs", "next"} and jid in [j["id"] for j in listing["jobs"]]
@@ -688,6 +690,7 @@ def test_delete_removes_steps_evals_and_files(daemon):
 
     r = daemon.request("DELETE", "/v1/jobs/%d" % jid)
     assert r.status == 204 and r.body == b"", r
+    assert r.headers.get("x-content-type-options") == "nosniff", r.headers
     for method, path in (("GET", ""), ("GET", "/steps"), ("GET", "/evals"), ("GET", "/model"),
                          ("POST", "/cancel"), ("DELETE", "")):
         check_error(daemon.request(method, "/v1/jobs/%d%s" % (jid, path)), 404)
