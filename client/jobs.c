@@ -19,7 +19,9 @@ const tq_cmd_doc tq_doc_ls = {
     "ls", NULL,
     "  The daemon's jobs as a table (GET /v1/jobs): ID, OWNER, NAME, STATE, DEVICE, PROGRESS\n"
     "  (step/total and %), SAMPLES/S (the latest step's, or the summary's once finished), MEM (the\n"
-    "  latest step's peak, or the summary's), AGE (since submission).\n"
+    "  latest step's peak, or the summary's), AGE (since submission). A queued job's DEVICE is\n"
+    "  (REASON) it waits for, as in squeue: (memory), (max_jobs), (priority:ID) (the device is held\n"
+    "  for job ID), (dependency:IDS) (its after), (user_limit), (storage).\n"
     "  By default the running jobs, then the queued ones in the order they will run.\n",
     ls_opts,
     "exit: 0 ok, 1 the daemon refused, 2 bad usage, 3 no daemon\n",
@@ -94,6 +96,26 @@ static void row(tq_table *t, const cJSON *j, double now) {
     else snprintf(name, sizeof name, "%s", nm[0] ? nm : "-");
     const char *state = tq_js_str(j, "state", "?");
     const char *device = tq_js_str(j, "device", "-");
+    char why[48];
+    const cJSON *wf = tq_js_get(j, "waiting_for");
+    if (!strcmp(state, "queued") && cJSON_IsObject(wf)) {   /* as squeue's NODELIST(REASON) */
+        const char *reason = tq_js_str(wf, "reason", "?");
+        size_t k = (size_t)snprintf(why, sizeof why, "(%s", reason);
+        if (!strcmp(reason, "dependency")) {   /* the jobs of its after not succeeded yet */
+            const cJSON *x;
+            int first = 1;
+            cJSON_ArrayForEach(x, tq_js_get(wf, "after"))
+                if (k < sizeof why - 1) {
+                    k += (size_t)snprintf(why + k, sizeof why - k, "%s%.0f", first ? ":" : ",", x->valuedouble);
+                    first = 0;
+                }
+        } else if (!strcmp(reason, "priority") && isfinite(tq_js_num(wf, "behind", NAN))) {
+            k += (size_t)snprintf(why + k, sizeof why - k, ":%.0f", tq_js_num(wf, "behind", 0));
+        }
+        if (k >= sizeof why - 1) { k = sizeof why - 3; why[k++] = '~'; }
+        snprintf(why + k, sizeof why - k, ")");
+        device = why;
+    }
     double step = tq_js_num(j, "progress.step", 0), total = tq_js_num(j, "progress.total_steps", NAN);
     if (isfinite(total) && total > 0) snprintf(prog, sizeof prog, "%.0f/%.0f %3.0f%%", step, total, 100 * step / total);
     else snprintf(prog, sizeof prog, "%.0f/?", step);

@@ -299,6 +299,10 @@ def test_cancel_rm_and_default_ls(make_daemon, cli, tmp_path):
     rows = [l.split() for l in r.stdout.splitlines()[1:]]
     assert [(int(x[0]), x[3]) for x in rows] == [(run, "running"), (queued, "queued")], r.stdout
     assert all(x[1] != "" for x in rows)   # OWNER: a name, or "-"
+    # a queued job's DEVICE is why it waits, as squeue's (REASON)
+    wf = wait_until(lambda: d.job(queued).get("waiting_for"), 30, "a reason for job %d" % queued)
+    rows = [l.split() for l in cli("ls", server=s).stdout.splitlines()[1:]]
+    assert rows[1][4] == "(%s)" % wf["reason"], (rows, wf)
     r = cli("ls", "--state", "queued", server=s)
     assert [int(l.split()[0]) for l in r.stdout.splitlines()[1:]] == [queued], r.stdout
     # --owner: me (the daemon knows who is on the connection), or a name
