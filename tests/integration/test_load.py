@@ -249,7 +249,19 @@ def test_event_streams_opened_and_dropped(held):
     print("200 streams in %.1f s (%d refused at the cap); fds %d -> %d; VmRSS %d -> %d KiB (%+d)%s"
           % (took, refused, fd0, fds(pid), rss0, rss1, grew,
              " (sanitized: RSS not judged)" if sanitized(pid) else ""))
+    # a round may still land on the plateau's slope (one CI run: +2.3 MiB): up to two more rounds,
+    # each judged alone; a leak of 2 MiB per 200 streams exceeds the limit in every round
+    extra = 0
+    while not sanitized(pid) and grew > 2048 and extra < 2:
+        extra += 1
+        rss0 = rss_kib(pid)
+        assert open_and_drop(d, jid, 200, 25)[0] == 200
+        wait_until(lambda: fds(pid) <= fd0, 10, "the daemon's fds to return to %d (now %d)" % (fd0, fds(pid)))
+        settle()
+        time.sleep(0.5)
+        grew = rss_kib(pid) - rss0
+        print("another round of 200 streams: VmRSS %+d KiB" % grew)
     if not sanitized(pid):
-        assert grew <= 2048, "VmRSS grew by %d KiB over 200 dropped streams (limit 2048 KiB)" % grew
+        assert grew <= 2048, "VmRSS grew by %d KiB over 200 dropped streams in each of %d rounds (limit 2048 KiB)" % (grew, extra + 1)
     # and the job and the daemon are fine
     assert d.job(jid)["state"] == "queued"
