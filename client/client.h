@@ -132,7 +132,7 @@ int tq_cli_steps(int argc, char **argv);     /* follow.c */
 int tq_cli_cancel(int argc, char **argv);    /* manage.c */
 int tq_cli_rm(int argc, char **argv);        /* manage.c */
 extern const tq_cmd_doc tq_doc_requeue;
-int tq_cli_requeue(int argc, char **argv);   /* requeue.c */
+int tq_cli_requeue(int argc, char **argv);   /* manage.c */
 int tq_cli_compare(int argc, char **argv);   /* compare.c */
 
 /* Follows job id's events until it ends, showing progress on stderr (a bar on a terminal),

@@ -1,6 +1,6 @@
-/* manage.c — `trainq cancel ID…` and `trainq rm ID…`: POST /v1/jobs/{id}/cancel and DELETE
- * /v1/jobs/{id} for each id, the server's message for each one that fails (exit 1 if any did).
- * See client.h. */
+/* manage.c — `trainq cancel ID…`, `trainq rm ID…` and `trainq requeue ID…`: POST
+ * /v1/jobs/{id}/cancel, DELETE /v1/jobs/{id} and POST /v1/jobs/{id}/requeue for each id, the
+ * server's message for each one that fails (exit 1 if any did). See client.h. */
 #include "client.h"
 
 #include <stdlib.h>
@@ -24,8 +24,50 @@ const tq_cmd_doc tq_doc_rm = {
     TQ_OPTS_CLIENT
 };
 
+const tq_cmd_doc tq_doc_requeue = {
+    "requeue", "ID...",
+    "  Sends each failed or cancelled job back to the queue (POST /v1/jobs/ID/requeue). When it runs\n"
+    "  again it resumes from its checkpoint, so every step is recorded once across the attempts; a\n"
+    "  job cancelled before it started begins at step 0. Refused (the daemon says why): a queued,\n"
+    "  running or succeeded job, a failure a requeue would repeat (invalid_spec, memory_limit,\n"
+    "  input_changed), a job whose dependency (after) failed: requeue that one first.\n",
+    no_opts,
+    "exit: 0 every job requeued, 1 any refused, 2 bad usage, 3 no daemon\n",
+    TQ_OPTS_CLIENT
+};
+
 static void cancel_usage(FILE *f) { tq_opts_help(f, &tq_doc_cancel); }
 static void rm_usage(FILE *f) { tq_opts_help(f, &tq_doc_rm); }
+static void requeue_usage(FILE *f) { tq_opts_help(f, &tq_doc_requeue); }
+
+/* what each command prints for a job the daemon accepted */
+static void cancelled(long long id, const cJSON *j) {
+    const char *st = tq_js_str(j, "state", "?");
+    if (!strcmp(st, "cancelled")) printf("job %lld cancelled\n", id);
+    else printf("job %lld cancel requested: it stops at its next step boundary (state %s)\n", id, st);
+}
+static void removed(long long id, const cJSON *j) { (void)j; printf("job %lld removed\n", id); }
+static void requeued(long long id, const cJSON *j) {
+    double step = tq_js_num(j, "progress.step", 0), total = tq_js_num(j, "progress.total_steps", 0);
+    if (step > 0 && total > 0) printf("job %lld requeued: it resumes after step %.0f of %.0f\n", id, step, total);
+    else if (step > 0) printf("job %lld requeued: it resumes after step %.0f\n", id, step);
+    else printf("job %lld requeued: it starts at step 0\n", id);
+}
+
+typedef struct {
+    const char *prog;
+    const tq_cmd_doc *doc;
+    void (*usage)(FILE *);
+    const char *method, *path;   /* path: a format with the id's %lld */
+    long ok, ok2;                /* the statuses that mean done (ok2 0: only ok) */
+    void (*done)(long long id, const cJSON *job);   /* job: the answer's body parsed (NULL if none) */
+} job_action;
+
+static const job_action CANCEL = { "trainq cancel", &tq_doc_cancel, cancel_usage, "POST", "/v1/jobs/%lld/cancel",
+                                   200, 0, cancelled };
+static const job_action RM = { "trainq rm", &tq_doc_rm, rm_usage, "DELETE", "/v1/jobs/%lld", 204, 200, removed };
+static const job_action REQUEUE = { "trainq requeue", &tq_doc_requeue, requeue_usage, "POST",
+                                    "/v1/jobs/%lld/requeue", 200, 0, requeued };
 
 /* the ids of argv (every one checked before anything is sent); NULL and an exit code in *rc */
 static long long *parse_ids(const char *prog, int argc, char **argv, void (*usage)(FILE *), int *n, int *rc) {
@@ -61,40 +103,34 @@ static long long *parse_ids(const char *prog, int argc, char **argv, void (*usag
     return ids;
 }
 
-static int each(const char *prog, int argc, char **argv, int cancel) {
+static int each(const job_action *a, int argc, char **argv) {
     int n, rc;
-    rc = tq_opts_check(cancel ? &tq_doc_cancel : &tq_doc_rm, argc, argv);
+    rc = tq_opts_check(a->doc, argc, argv);
     if (rc >= 0) return rc;
-    long long *ids = parse_ids(prog, argc, argv, cancel ? cancel_usage : rm_usage, &n, &rc);
+    long long *ids = parse_ids(a->prog, argc, argv, a->usage, &n, &rc);
     if (!ids) return rc;
     int failed = 0;
     for (int i = 0; i < n; i++) {
         char path[96];
         tq_http_resp r;
-        if (cancel) snprintf(path, sizeof path, "/v1/jobs/%lld/cancel", ids[i]);
-        else snprintf(path, sizeof path, "/v1/jobs/%lld", ids[i]);
-        rc = tq_http_request(cancel ? "POST" : "DELETE", path, NULL, &r);
+        snprintf(path, sizeof path, a->path, ids[i]);
+        rc = tq_http_request(a->method, path, NULL, &r);
         if (rc) { free(ids); return rc; }
-        if ((cancel && r.status == 200) || (!cancel && (r.status == 204 || r.status == 200))) {
-            if (!cancel) {
-                printf("job %lld removed\n", ids[i]);
-            } else {
-                cJSON *j = cJSON_Parse(r.body);
-                const char *st = tq_js_str(j, "state", "?");
-                if (!strcmp(st, "cancelled")) printf("job %lld cancelled\n", ids[i]);
-                else printf("job %lld cancel requested: it stops at its next step boundary (state %s)\n", ids[i], st);
-                cJSON_Delete(j);
-            }
+        if (r.status == a->ok || (a->ok2 && r.status == a->ok2)) {
+            cJSON *j = r.len ? cJSON_Parse(r.body) : NULL;
+            a->done(ids[i], j);
+            cJSON_Delete(j);
         } else {
-            tq_http_job_error(prog, ids[i], &r);
+            tq_http_job_error(a->prog, ids[i], &r);
             failed = 1;
         }
         tq_http_resp_free(&r);
     }
     fflush(stdout);
     free(ids);
-    return failed ? TQ_CLI_FAILED : 0;
+    return failed ? TQ_CLI_FAILED : TQ_CLI_OK;
 }
 
-int tq_cli_cancel(int argc, char **argv) { return each("trainq cancel", argc, argv, 1); }
-int tq_cli_rm(int argc, char **argv) { return each("trainq rm", argc, argv, 0); }
+int tq_cli_cancel(int argc, char **argv) { return each(&CANCEL, argc, argv); }
+int tq_cli_rm(int argc, char **argv) { return each(&RM, argc, argv); }
+int tq_cli_requeue(int argc, char **argv) { return each(&REQUEUE, argc, argv); }
