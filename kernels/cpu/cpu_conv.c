@@ -180,7 +180,7 @@ static size_t conv_ws_impl(tq_backend *be, const tq_conv_desc *d, tq_dtype dt, i
     size_t m = 0;
     for (int op = OP_FWD; op <= OP_BWD_FILTER; op++) {
         size_t b;
-        int dn = lin ? tq_dnnl_linear_need(be, d->x.n, d->x.c, d->k, dt, op, &b)
+        int dn = lin ? tq_dnnl_linear_need(be, d, dt, op, &b)
                      : tq_dnnl_conv_need(be, d, dt, op, &b);
         if (!dn) {
             clayout L;
@@ -676,7 +676,7 @@ int tq_cpu_linear_fwd(tq_backend *be, int n, int in, int out, tq_dtype dt, void 
     tq_conv_desc d = lin_desc(n, in, out);
     cgeom g;
     if (!geom(be, "linear_fwd", &d, dt, &g)) {
-        int rc = tq_dnnl_linear_fwd(be, n, in, out, dt, y, x, w, bias, ws, ws_bytes);
+        int rc = tq_dnnl_linear_fwd(be, &d, dt, y, x, w, bias, ws, ws_bytes);
         if (rc != TQ_DNNL_NA) return rc;
     }
     return conv_fwd_impl(be, "linear_fwd", &d, dt, y, x, w, bias, ws, ws_bytes);
@@ -686,7 +686,7 @@ int tq_cpu_linear_bwd_data(tq_backend *be, int n, int in, int out, tq_dtype dt, 
     tq_conv_desc d = lin_desc(n, in, out);
     cgeom g;
     if (!geom(be, "linear_bwd_data", &d, dt, &g)) {
-        int rc = tq_dnnl_linear_bwd_data(be, n, in, out, dt, dx, beta, dy, w, ws, ws_bytes);
+        int rc = tq_dnnl_linear_bwd_data(be, &d, dt, dx, beta, dy, w, ws, ws_bytes);
         if (rc != TQ_DNNL_NA) return rc;
     }
     return conv_bwd_data_impl(be, "linear_bwd_data", &d, dt, dx, beta, dy, w, ws, ws_bytes);
@@ -696,7 +696,7 @@ int tq_cpu_linear_bwd_filter(tq_backend *be, int n, int in, int out, tq_dtype dt
     tq_conv_desc d = lin_desc(n, in, out);
     cgeom g;
     if (!geom(be, "linear_bwd_filter", &d, dt, &g)) {
-        int rc = tq_dnnl_linear_bwd_filter(be, n, in, out, dt, dw, db, x, dy, ws, ws_bytes);
+        int rc = tq_dnnl_linear_bwd_filter(be, &d, dt, dw, db, x, dy, ws, ws_bytes);
         if (rc != TQ_DNNL_NA) return rc;
     }
     return conv_bwd_filter_impl(be, "linear_bwd_filter", &d, dt, dw, db, x, dy, ws, ws_bytes);

@@ -39,8 +39,8 @@
  * rounds the outputs to nearest even, as the im2col path does); bias, dw, db always f32. f16
  * runs the f32 primitives on f32 copies of a few images at a time (the end of this file):
  * oneDNN 2.6 has no f16 convolutions on CPUs without AVX512-FP16, and where it has them their
- * accumulation is not ours to check. bf16 linear layers run inner products through the same
- * machinery (the end of this file); f32 and f16 ones stay on OpenBLAS (cpu_conv.c). A CPU
+ * accumulation is not ours to check. f32 and bf16 linear layers run inner products through the
+ * same machinery (the end of this file); f16 ones stay on OpenBLAS (cpu_conv.c). A CPU
  * without bf16 support in oneDNN fails the primitive creation: im2col again.
  *
  * TQ_CPU_DNNL=0 in the environment (read when the backend first needs oneDNN) turns this off:
@@ -826,42 +826,32 @@ int tq_dnnl_conv_bwd_filter(tq_backend *be, const tq_conv_desc *d, tq_dtype dt, 
     return bwdw_direct(be, d, dt, 0, dw, db, x, dy, ws, ws_bytes);
 }
 
-/* ---- linear layers: bf16 inner products (f32 and f16 stay on OpenBLAS, cpu_conv.c) ----
+/* ---- linear layers: f32 and bf16 inner products (f16 stays on OpenBLAS, cpu_conv.c) ----
  *
  * The same cache, workspace layouts and ops as a convolution's, with inner-product primitives
- * (x [n][in], w [out][in], y [n][out]); d is the layer's 1×1 geometry, d.x = (n, 1, 1, in). A
- * bf16 linear layer's GEMMs then run on oneDNN's bf16 kernels (AMX where the CPU has it)
- * instead of an f32 SGEMM on converted copies. */
+ * (x [n][in], w [out][in], y [n][out]); d is the layer's 1×1 geometry, d.x = (n, 1, 1, in). The
+ * GEMMs then run on oneDNN's kernels for this CPU (AMX for bf16 where the CPU has it) instead of
+ * OpenBLAS's, which on a CPU model it does not know fall back to SSE (OpenBLAS 0.3.21 calls
+ * Sapphire and Emerald Rapids "Prescott"): cnn fp32, whose fc1 is 10% of its FLOPs, spent 25%
+ * of its time in sgemm_kernel_PRESCOTT. */
 
-static tq_conv_desc ip_desc(int n, int in, int out) {
-    tq_conv_desc d = { { n, 1, 1, in }, out, 1, 1, 1, 0 };
-    return d;
-}
-
-int tq_dnnl_linear_need(tq_backend *be, int n, int in, int out, tq_dtype dt, int kind,
+int tq_dnnl_linear_need(tq_backend *be, const tq_conv_desc *d, tq_dtype dt, int kind,
                         size_t *bytes) {
-    tq_conv_desc d = ip_desc(n, in, out);
-    return dt == TQ_BF16 && need_direct(be, &d, dt, 1, kind, bytes);
+    return dt != TQ_F16 && need_direct(be, d, dt, 1, kind, bytes);
 }
 
-int tq_dnnl_linear_fwd(tq_backend *be, int n, int in, int out, tq_dtype dt, void *y,
+int tq_dnnl_linear_fwd(tq_backend *be, const tq_conv_desc *d, tq_dtype dt, void *y,
                        const void *x, const void *w, const float *bias, void *ws, size_t ws_bytes) {
-    if (dt != TQ_BF16) return TQ_DNNL_NA;
-    tq_conv_desc d = ip_desc(n, in, out);
-    return fwd_direct(be, &d, dt, 1, y, x, w, bias, ws, ws_bytes);
+    return dt == TQ_F16 ? TQ_DNNL_NA : fwd_direct(be, d, dt, 1, y, x, w, bias, ws, ws_bytes);
 }
 
-int tq_dnnl_linear_bwd_data(tq_backend *be, int n, int in, int out, tq_dtype dt, void *dx,
+int tq_dnnl_linear_bwd_data(tq_backend *be, const tq_conv_desc *d, tq_dtype dt, void *dx,
                             float beta, const void *dy, const void *w, void *ws, size_t ws_bytes) {
-    if (dt != TQ_BF16) return TQ_DNNL_NA;
-    tq_conv_desc d = ip_desc(n, in, out);
-    return bwdd_direct(be, &d, dt, 1, dx, beta, dy, w, ws, ws_bytes);
+    return dt == TQ_F16 ? TQ_DNNL_NA : bwdd_direct(be, d, dt, 1, dx, beta, dy, w, ws, ws_bytes);
 }
 
-int tq_dnnl_linear_bwd_filter(tq_backend *be, int n, int in, int out, tq_dtype dt, float *dw,
+int tq_dnnl_linear_bwd_filter(tq_backend *be, const tq_conv_desc *d, tq_dtype dt, float *dw,
                               float *db, const void *x, const void *dy, void *ws,
                               size_t ws_bytes) {
-    if (dt != TQ_BF16) return TQ_DNNL_NA;
-    tq_conv_desc d = ip_desc(n, in, out);
-    return bwdw_direct(be, &d, dt, 1, dw, db, x, dy, ws, ws_bytes);
+    return dt == TQ_F16 ? TQ_DNNL_NA : bwdw_direct(be, d, dt, 1, dw, db, x, dy, ws, ws_bytes);
 }

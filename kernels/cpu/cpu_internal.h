@@ -2,8 +2,9 @@
  *
  * Contract: the tq_cpu_* functions below are the CPU implementations of tq_backend_i's slots
  * (same arguments, same semantics as backend.h); cpu_backend.c puts them in the vtable. They
- * run on the caller's thread and fan out with OpenMP (be->threads threads); GEMMs go to
- * OpenBLAS (pinned to one thread, split by our teams), f32 convolutions to oneDNN. Nothing here
+ * run on the caller's thread and fan out with OpenMP (be->threads threads); convolutions
+ * and linear layers (f32, bf16) to oneDNN, the rest of the GEMMs (f16 linear layers, the im2col
+ * path) to OpenBLAS (pinned to one thread, split by our teams). Nothing here
  * allocates per call (oneDNN primitives are created once per descriptor and cached in be->ctx);
  * scratch comes from the caller's workspace or from bounded stack arrays.
  */
@@ -82,13 +83,13 @@ int tq_dnnl_conv_bwd_filter(tq_backend *, const tq_conv_desc *, tq_dtype dt, flo
                             size_t ws_bytes);
 /* bf16 linear layers through oneDNN inner products (cpu_dnnl.c); the same conventions, kind
  * included */
-int tq_dnnl_linear_need(tq_backend *, int n, int in, int out, tq_dtype dt, int kind,
-                        size_t *bytes);
-int tq_dnnl_linear_fwd(tq_backend *, int n, int in, int out, tq_dtype dt, void *y, const void *x,
+/* linear layers as inner products; d is the layer's 1×1 geometry (tq_cpu_lin_desc) */
+int tq_dnnl_linear_need(tq_backend *, const tq_conv_desc *d, tq_dtype dt, int kind, size_t *bytes);
+int tq_dnnl_linear_fwd(tq_backend *, const tq_conv_desc *d, tq_dtype dt, void *y, const void *x,
                        const void *w, const float *bias, void *ws, size_t ws_bytes);
-int tq_dnnl_linear_bwd_data(tq_backend *, int n, int in, int out, tq_dtype dt, void *dx,
+int tq_dnnl_linear_bwd_data(tq_backend *, const tq_conv_desc *d, tq_dtype dt, void *dx,
                             float beta, const void *dy, const void *w, void *ws, size_t ws_bytes);
-int tq_dnnl_linear_bwd_filter(tq_backend *, int n, int in, int out, tq_dtype dt, float *dw,
+int tq_dnnl_linear_bwd_filter(tq_backend *, const tq_conv_desc *d, tq_dtype dt, float *dw,
                               float *db, const void *x, const void *dy, void *ws,
                               size_t ws_bytes);
 void tq_dnnl_free(tq_dnnl *);
