@@ -1,4 +1,6 @@
-/* cpu_dnnl.c — f32, bf16 (and, through f32, f16) convolutions through oneDNN (libdnnl 2.x, C API, OpenMP runtime).
+/* cpu_dnnl.c — f32 and bf16 convolutions and linear layers through oneDNN (libdnnl 2.x, C API,
+ * OpenMP runtime); f16 convolutions, and bf16 ones on CPUs without bf16 kernels, through its f32
+ * primitives.
  *
  * Layouts: activations NHWC (oneDNN tag nhwc), weights KRSC (tag ohwi). Primitives pick their
  * own weights layout (format_tag_any); the weights are reordered into it on every call (they
@@ -37,11 +39,12 @@
  *
  * Types: x, y, w, dx, dy in the op's dtype (f32 or bf16; oneDNN accumulates bf16 in f32 and
  * rounds the outputs to nearest even, as the im2col path does); bias, dw, db always f32. f16
- * runs the f32 primitives on f32 copies of a few images at a time (the end of this file):
- * oneDNN 2.6 has no f16 convolutions on CPUs without AVX512-FP16, and where it has them their
- * accumulation is not ours to check. f32 and bf16 linear layers run inner products through the
- * same machinery (the end of this file); f16 ones stay on OpenBLAS (cpu_conv.c). A CPU
- * without bf16 support in oneDNN fails the primitive creation: im2col again.
+ * (and bf16 where oneDNN has no bf16 kernels: CPUs without AVX-512) runs the f32 primitives on
+ * f32 copies of a few images at a time (the end of this file): oneDNN 2.6 has no f16
+ * convolutions on CPUs without AVX512-FP16, and where it has them their accumulation is not
+ * ours to check. f32 and bf16 linear layers run inner products through the
+ * same machinery (the end of this file); f16 ones stay on OpenBLAS (cpu_conv.c). A bf16
+ * linear layer on a CPU without bf16 support in oneDNN takes the im2col path.
  *
  * TQ_CPU_DNNL=0 in the environment (read when the backend first needs oneDNN) turns this off:
  * every convolution runs the im2col path.
@@ -662,24 +665,28 @@ static int bwdw_direct(tq_backend *be, const tq_conv_desc *d, tq_dtype dt, int i
     return TQ_OK;
 }
 
-/* ---- f16: the f32 primitives, a chunk of images at a time ----
+/* ---- 16-bit types oneDNN does not run natively: the f32 primitives, a chunk at a time ----
  *
- * oneDNN 2.6 has no f16 convolutions here, so an f16 op converts F16_CHUNK_BYTES' worth of
- * images of its operands to f32 (x and y, or dy and dx), runs the f32 primitive of the chunk's
- * descriptor (N = the chunk's images; a shorter last chunk has its own) and rounds the result
- * back once: the arithmetic of the f32 convolution, in f16 storage, for a workspace of one
- * chunk's copies instead of whole-batch ones. dW and db accumulate over the chunks in f32. */
+ * oneDNN 2.6 has no f16 convolutions here, and no bf16 ones on a CPU without AVX-512 (an
+ * AVX2-only machine), so such an op converts C32_CHUNK_BYTES' worth of images of its operands
+ * to f32 (x and y, or dy and dx), runs the f32 primitive of the chunk's descriptor (N = the
+ * chunk's images; a shorter last chunk has its own) and rounds the result back once: the
+ * arithmetic of the f32 convolution (products of 16-bit values are exact in f32, sums in f32,
+ * one rounding at the end: what oneDNN's native bf16 kernels do too), in 16-bit storage, for a
+ * workspace of one chunk's copies instead of whole-batch ones. dW and db accumulate over the
+ * chunks in f32. Before this, bf16 on an AVX2 machine took the im2col path: slower than f32. */
 
-#define F16_CHUNK_BYTES ((size_t)1 << 20)
+#define C32_CHUNK_BYTES ((size_t)1 << 20)
 
-typedef struct { int nb, nlast; tq_conv_desc full, last; size_t nx1, ny1, nw; } f16plan;
+typedef struct { tq_dtype dt; int nb, nlast; tq_conv_desc full, last; size_t nx1, ny1, nw; } c32plan;
 
-static void f16_plan(const tq_conv_desc *d, f16plan *p) {
+static void c32_plan(const tq_conv_desc *d, tq_dtype dt, c32plan *p) {
+    p->dt = dt;
     tq_shape ys = tq_conv_yshape(d);
     p->nx1 = (size_t)d->x.h * d->x.w * d->x.c;
     p->ny1 = (size_t)ys.h * ys.w * ys.c;
     p->nw = (size_t)d->k * d->r * d->s * d->x.c;
-    size_t nb = F16_CHUNK_BYTES / ((p->nx1 + p->ny1) * 4);
+    size_t nb = C32_CHUNK_BYTES / ((p->nx1 + p->ny1) * 4);
     if (nb < 1) nb = 1;
     if (nb > (size_t)d->x.n) nb = (size_t)d->x.n;
     p->nb = (int)nb;
@@ -693,31 +700,31 @@ static void f16_plan(const tq_conv_desc *d, f16plan *p) {
 /* workspace: [W f32 | X chunk f32 | Y chunk f32 | the chunk primitives' own] from the aligned
  * base; 0 when oneDNN does not run both chunk descriptors */
 /* the sections of [W f32 | X chunk f32 | Y chunk f32]: bwd_filter reads no weights */
-static void f16_sections(const f16plan *p, int kind, size_t *wb, size_t *xb, size_t *yb) {
+static void c32_sections(const c32plan *p, int kind, size_t *wb, size_t *xb, size_t *yb) {
     *wb = kind == K_BWDW ? 0 : up64(p->nw * 4);
     *xb = up64((size_t)p->nb * p->nx1 * 4);
     *yb = up64((size_t)p->nb * p->ny1 * 4);
 }
 
-static int f16_need(tq_backend *be, const f16plan *p, int kind, size_t *own, size_t *bytes) {
+static int c32_need(tq_backend *be, const c32plan *p, int kind, size_t *own, size_t *bytes) {
     size_t a = 0, b = 0, wb, xb, yb;
     if (!need_direct(be, &p->full, TQ_F32, 0, kind, &a)) return 0;
     if (p->nlast && !need_direct(be, &p->last, TQ_F32, 0, kind, &b)) return 0;
-    f16_sections(p, kind, &wb, &xb, &yb);
+    c32_sections(p, kind, &wb, &xb, &yb);
     *own = wb + xb + yb;
     *bytes = 64 + *own + mx(a, b);
     return 1;
 }
 
-typedef struct { float *w, *x, *y; unsigned char *inner; size_t inner_bytes; } f16ws;
+typedef struct { float *w, *x, *y; unsigned char *inner; size_t inner_bytes; } c32ws;
 
-static int f16_ws(tq_backend *be, const char *op, const f16plan *p, int kind, void *ws,
-                  size_t ws_bytes, f16ws *W) {
+static int c32_ws(tq_backend *be, const char *op, const c32plan *p, int kind, void *ws,
+                  size_t ws_bytes, c32ws *W) {
     size_t own, need, wb, xb, yb;
-    if (!f16_need(be, p, kind, &own, &need)) return TQ_DNNL_NA;
+    if (!c32_need(be, p, kind, &own, &need)) return TQ_DNNL_NA;
     unsigned char *base = ws_base(be, op, ws, ws_bytes, need);
     if (!base) return TQ_EINVAL;
-    f16_sections(p, kind, &wb, &xb, &yb);
+    c32_sections(p, kind, &wb, &xb, &yb);
     W->w = wb ? (float *)base : NULL;
     W->x = (float *)(base + wb);
     W->y = (float *)(base + wb + xb);
@@ -727,31 +734,31 @@ static int f16_ws(tq_backend *be, const char *op, const f16plan *p, int kind, vo
 }
 
 /* the chunk at image n0: its descriptor and (*nbc) its images */
-static const tq_conv_desc *chunk_at(const f16plan *p, int n, int n0, int *nbc) {
+static const tq_conv_desc *chunk_at(const c32plan *p, int n, int n0, int *nbc) {
     *nbc = n - n0 < p->nb ? n - n0 : p->nb;
     return *nbc == p->nb ? &p->full : &p->last;
 }
 
-/* plan, workspace and (w not NULL) the f32 weights of an f16 op */
-static int f16_begin(tq_backend *be, const char *op, const tq_conv_desc *d, int kind,
-                     const void *w, void *ws, size_t ws_bytes, f16plan *p, f16ws *W) {
-    f16_plan(d, p);
-    int rc = f16_ws(be, op, p, kind, ws, ws_bytes, W);
-    if (!rc && w) rc = tq_cpu_cast(be, p->nw, TQ_F32, W->w, TQ_F16, w);
+/* plan, workspace and (w not NULL) the f32 weights of a chunked op */
+static int c32_begin(tq_backend *be, const char *op, const tq_conv_desc *d, tq_dtype dt,
+                     int kind, const void *w, void *ws, size_t ws_bytes, c32plan *p, c32ws *W) {
+    c32_plan(d, dt, p);
+    int rc = c32_ws(be, op, p, kind, ws, ws_bytes, W);
+    if (!rc && w) rc = tq_cpu_cast(be, p->nw, TQ_F32, W->w, p->dt, w);
     return rc;
 }
 
-/* images [n0, n0 + nb) of an f16 tensor of `per` elements an image, to f32 and back */
-static int chunk_in(tq_backend *be, float *dst, const void *src, int n0, int nb, size_t per) {
-    return tq_cpu_cast(be, (size_t)nb * per, TQ_F32, dst, TQ_F16,
-                       (const uint16_t *)src + (size_t)n0 * per);
+/* images [n0, n0 + nb) of a 16-bit tensor (dt) of `per` elements an image, to f32 and back */
+static int chunk_in(tq_backend *be, tq_dtype dt, float *dst, const void *src, int n0, int nb,
+                    size_t per) {
+    return tq_cpu_cast(be, (size_t)nb * per, TQ_F32, dst, dt, (const uint16_t *)src + (size_t)n0 * per);
 }
-static int chunk_out(tq_backend *be, void *dst, const float *src, int n0, int nb, size_t per) {
-    return tq_cpu_cast(be, (size_t)nb * per, TQ_F16, (uint16_t *)dst + (size_t)n0 * per, TQ_F32,
-                       src);
+static int chunk_out(tq_backend *be, tq_dtype dt, void *dst, const float *src, int n0, int nb,
+                     size_t per) {
+    return tq_cpu_cast(be, (size_t)nb * per, dt, (uint16_t *)dst + (size_t)n0 * per, TQ_F32, src);
 }
 
-/* an f16 op's operands: fwd y = conv(x, w) + bias; bwd_data dx = beta·dx + conv_bwd(dy, w);
+/* a chunked op's operands: fwd y = conv(x, w) + bias; bwd_data dx = beta·dx + conv_bwd(dy, w);
  * bwd_filter dw, db += from (x, dy) */
 typedef struct {
     void *y, *dx;
@@ -759,59 +766,67 @@ typedef struct {
     const float *bias;
     float beta;
     float *dw, *db;
-} f16args;
+} c32args;
 
-static int f16_op(tq_backend *be, int kind, const tq_conv_desc *d, const f16args *a, void *ws,
+static int c32_op(tq_backend *be, tq_dtype dt, int kind, const tq_conv_desc *d, const c32args *a, void *ws,
                   size_t ws_bytes) {
     static const char *const name[NKIND] = { "conv_fwd", "conv_bwd_data", "conv_bwd_filter" };
-    f16plan p;
-    f16ws W;
-    int rc = f16_begin(be, name[kind], d, kind, kind == K_BWDW ? NULL : a->w, ws, ws_bytes, &p, &W);
+    c32plan p;
+    c32ws W;
+    int rc = c32_begin(be, name[kind], d, dt, kind, kind == K_BWDW ? NULL : a->w, ws, ws_bytes, &p, &W);
     for (int n0 = 0, nb; !rc && n0 < d->x.n; n0 += nb) {
         const tq_conv_desc *dc = chunk_at(&p, d->x.n, n0, &nb);
         if (kind == K_FWD) {   /* x → W.x, conv into W.y, W.y → y */
-            if (!(rc = chunk_in(be, W.x, a->x, n0, nb, p.nx1)) &&
+            if (!(rc = chunk_in(be, dt, W.x, a->x, n0, nb, p.nx1)) &&
                 !(rc = fwd_direct(be, dc, TQ_F32, 0, W.y, W.x, W.w, a->bias, W.inner, W.inner_bytes)))
-                rc = chunk_out(be, a->y, W.y, n0, nb, p.ny1);
+                rc = chunk_out(be, dt, a->y, W.y, n0, nb, p.ny1);
         } else if (kind == K_BWDD) {   /* dy → W.y, (dx → W.x,) conv_bwd into W.x, W.x → dx */
-            if (!(rc = chunk_in(be, W.y, a->dy, n0, nb, p.ny1)) &&
-                !(rc = a->beta != 0.0f ? chunk_in(be, W.x, a->dx, n0, nb, p.nx1) : TQ_OK) &&
+            if (!(rc = chunk_in(be, dt, W.y, a->dy, n0, nb, p.ny1)) &&
+                !(rc = a->beta != 0.0f ? chunk_in(be, dt, W.x, a->dx, n0, nb, p.nx1) : TQ_OK) &&
                 !(rc = bwdd_direct(be, dc, TQ_F32, 0, W.x, a->beta, W.y, W.w, W.inner, W.inner_bytes)))
-                rc = chunk_out(be, a->dx, W.x, n0, nb, p.nx1);
+                rc = chunk_out(be, dt, a->dx, W.x, n0, nb, p.nx1);
         } else {               /* x → W.x, dy → W.y, dw and db accumulate */
-            if (!(rc = chunk_in(be, W.x, a->x, n0, nb, p.nx1)) &&
-                !(rc = chunk_in(be, W.y, a->dy, n0, nb, p.ny1)))
+            if (!(rc = chunk_in(be, dt, W.x, a->x, n0, nb, p.nx1)) &&
+                !(rc = chunk_in(be, dt, W.y, a->dy, n0, nb, p.ny1)))
                 rc = bwdw_direct(be, dc, TQ_F32, 0, a->dw, a->db, W.x, W.y, W.inner, W.inner_bytes);
         }
     }
     return rc;
 }
 
-/* ---- the entry points: f32 and bf16 directly, f16 in f32 chunks ---- */
+/* ---- the entry points: f32 and bf16 directly, f16 (and bf16 without native kernels) in f32
+ * chunks ---- */
+
+/* the type's ops run in f32 chunks: f16 always, bf16 where oneDNN has no bf16 primitive for the
+ * descriptor and kind on this CPU (decided once per descriptor: lookup caches the outcome) */
+static int via_f32(tq_backend *be, const tq_conv_desc *d, tq_dtype dt, int kind) {
+    tq_dnnl *D;
+    return dt == TQ_F16 || (dt == TQ_BF16 && !lookup(be, d, dt, 0, kind, &D));
+}
 
 int tq_dnnl_conv_need(tq_backend *be, const tq_conv_desc *d, tq_dtype dt, int kind,
                       size_t *bytes) {
-    if (dt != TQ_F16) return need_direct(be, d, dt, 0, kind, bytes);
-    f16plan p;
+    if (!via_f32(be, d, dt, kind)) return need_direct(be, d, dt, 0, kind, bytes);
+    c32plan p;
     size_t own;
-    f16_plan(d, &p);
-    return f16_need(be, &p, kind, &own, bytes);
+    c32_plan(d, dt, &p);
+    return c32_need(be, &p, kind, &own, bytes);
 }
 
 int tq_dnnl_conv_fwd(tq_backend *be, const tq_conv_desc *d, tq_dtype dt, void *y, const void *x,
                      const void *w, const float *bias, void *ws, size_t ws_bytes) {
-    if (dt == TQ_F16) {
-        f16args a = { .y = y, .x = x, .w = w, .bias = bias };
-        return f16_op(be, K_FWD, d, &a, ws, ws_bytes);
+    if (via_f32(be, d, dt, K_FWD)) {
+        c32args a = { .y = y, .x = x, .w = w, .bias = bias };
+        return c32_op(be, dt, K_FWD, d, &a, ws, ws_bytes);
     }
     return fwd_direct(be, d, dt, 0, y, x, w, bias, ws, ws_bytes);
 }
 
 int tq_dnnl_conv_bwd_data(tq_backend *be, const tq_conv_desc *d, tq_dtype dt, void *dx,
                           float beta, const void *dy, const void *w, void *ws, size_t ws_bytes) {
-    if (dt == TQ_F16) {
-        f16args a = { .dx = dx, .dy = dy, .w = w, .beta = beta };
-        return f16_op(be, K_BWDD, d, &a, ws, ws_bytes);
+    if (via_f32(be, d, dt, K_BWDD)) {
+        c32args a = { .dx = dx, .dy = dy, .w = w, .beta = beta };
+        return c32_op(be, dt, K_BWDD, d, &a, ws, ws_bytes);
     }
     return bwdd_direct(be, d, dt, 0, dx, beta, dy, w, ws, ws_bytes);
 }
@@ -819,9 +834,9 @@ int tq_dnnl_conv_bwd_data(tq_backend *be, const tq_conv_desc *d, tq_dtype dt, vo
 int tq_dnnl_conv_bwd_filter(tq_backend *be, const tq_conv_desc *d, tq_dtype dt, float *dw,
                             float *db, const void *x, const void *dy, void *ws,
                             size_t ws_bytes) {
-    if (dt == TQ_F16) {
-        f16args a = { .x = x, .dy = dy, .dw = dw, .db = db };
-        return f16_op(be, K_BWDW, d, &a, ws, ws_bytes);
+    if (via_f32(be, d, dt, K_BWDW)) {
+        c32args a = { .x = x, .dy = dy, .dw = dw, .db = db };
+        return c32_op(be, dt, K_BWDW, d, &a, ws, ws_bytes);
     }
     return bwdw_direct(be, d, dt, 0, dw, db, x, dy, ws, ws_bytes);
 }
