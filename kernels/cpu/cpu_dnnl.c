@@ -1,5 +1,5 @@
 /* cpu_dnnl.c — f32 and bf16 convolutions and linear layers through oneDNN (libdnnl 2.x, C API,
- * OpenMP runtime); f16 convolutions, and bf16 ones on CPUs without bf16 kernels, through its f32
+ * OpenMP runtime); f16 ones, and bf16 ones on CPUs without bf16 kernels, through its f32
  * primitives.
  *
  * Layouts: activations NHWC (oneDNN tag nhwc), weights KRSC (tag ohwi). Primitives pick their
@@ -42,9 +42,8 @@
  * (and bf16 where oneDNN has no bf16 kernels: CPUs without AVX-512) runs the f32 primitives on
  * f32 copies of a few images at a time (the end of this file): oneDNN 2.6 has no f16
  * convolutions on CPUs without AVX512-FP16, and where it has them their accumulation is not
- * ours to check. f32 and bf16 linear layers run inner products through the
- * same machinery (the end of this file); f16 ones stay on OpenBLAS (cpu_conv.c). A bf16
- * linear layer on a CPU without bf16 support in oneDNN takes the im2col path.
+ * ours to check. Linear layers run inner products through the same machinery
+ * (the end of this file), f16 ones (and bf16 ones without bf16 kernels) in f32 chunks too.
  *
  * TQ_CPU_DNNL=0 in the environment (read when the backend first needs oneDNN) turns this off:
  * every convolution runs the im2col path.
@@ -537,9 +536,18 @@ static unsigned char *ws_base(tq_backend *be, const char *op, void *ws, size_t w
 
 /* ---- the ops ---- */
 
+static const char *op_name(int ip, int kind) {
+    static const char *const name[2][NKIND] = {
+        { "conv_fwd", "conv_bwd_data", "conv_bwd_filter" },
+        { "linear_fwd", "linear_bwd_data", "linear_bwd_filter" },
+    };
+    return name[ip][kind];
+}
+
+
 static int fwd_direct(tq_backend *be, const tq_conv_desc *d, tq_dtype dt, int ip, void *y,
                       const void *x, const void *w, const float *bias, void *ws, size_t ws_bytes) {
-    const char *op = ip ? "linear_fwd" : "conv_fwd";
+    const char *op = op_name(ip, K_FWD);
     tq_dnnl *D;
     dconv *c = lookup(be, d, dt, ip, K_FWD, &D);
     if (!c) return TQ_DNNL_NA;
@@ -598,7 +606,7 @@ static void scale(tq_backend *be, tq_dtype dt, void *dx, size_t n, float beta) {
 
 static int bwdd_direct(tq_backend *be, const tq_conv_desc *d, tq_dtype dt, int ip, void *dx,
                        float beta, const void *dy, const void *w, void *ws, size_t ws_bytes) {
-    const char *op = ip ? "linear_bwd_data" : "conv_bwd_data";
+    const char *op = op_name(ip, K_BWDD);
     tq_dnnl *D;
     dconv *c = lookup(be, d, dt, ip, K_BWDD, &D);
     if (!c) return TQ_DNNL_NA;
@@ -642,7 +650,7 @@ static int bwdd_direct(tq_backend *be, const tq_conv_desc *d, tq_dtype dt, int i
 
 static int bwdw_direct(tq_backend *be, const tq_conv_desc *d, tq_dtype dt, int ip, float *dw,
                        float *db, const void *x, const void *dy, void *ws, size_t ws_bytes) {
-    const char *op = ip ? "linear_bwd_filter" : "conv_bwd_filter";
+    const char *op = op_name(ip, K_BWDW);
     tq_dnnl *D;
     dconv *c = lookup(be, d, dt, ip, K_BWDW, &D);
     if (!c) return TQ_DNNL_NA;
@@ -678,10 +686,12 @@ static int bwdw_direct(tq_backend *be, const tq_conv_desc *d, tq_dtype dt, int i
 
 #define C32_CHUNK_BYTES ((size_t)1 << 20)
 
-typedef struct { tq_dtype dt; int nb, nlast; tq_conv_desc full, last; size_t nx1, ny1, nw; } c32plan;
+/* dt: the 16-bit storage type; ip: an inner product (a linear layer) */
+typedef struct { tq_dtype dt; int ip, nb, nlast; tq_conv_desc full, last; size_t nx1, ny1, nw; } c32plan;
 
-static void c32_plan(const tq_conv_desc *d, tq_dtype dt, c32plan *p) {
+static void c32_plan(const tq_conv_desc *d, tq_dtype dt, int ip, c32plan *p) {
     p->dt = dt;
+    p->ip = ip;
     tq_shape ys = tq_conv_yshape(d);
     p->nx1 = (size_t)d->x.h * d->x.w * d->x.c;
     p->ny1 = (size_t)ys.h * ys.w * ys.c;
@@ -708,8 +718,8 @@ static void c32_sections(const c32plan *p, int kind, size_t *wb, size_t *xb, siz
 
 static int c32_need(tq_backend *be, const c32plan *p, int kind, size_t *own, size_t *bytes) {
     size_t a = 0, b = 0, wb, xb, yb;
-    if (!need_direct(be, &p->full, TQ_F32, 0, kind, &a)) return 0;
-    if (p->nlast && !need_direct(be, &p->last, TQ_F32, 0, kind, &b)) return 0;
+    if (!need_direct(be, &p->full, TQ_F32, p->ip, kind, &a)) return 0;
+    if (p->nlast && !need_direct(be, &p->last, TQ_F32, p->ip, kind, &b)) return 0;
     c32_sections(p, kind, &wb, &xb, &yb);
     *own = wb + xb + yb;
     *bytes = 64 + *own + mx(a, b);
@@ -740,9 +750,9 @@ static const tq_conv_desc *chunk_at(const c32plan *p, int n, int n0, int *nbc) {
 }
 
 /* plan, workspace and (w not NULL) the f32 weights of a chunked op */
-static int c32_begin(tq_backend *be, const char *op, const tq_conv_desc *d, tq_dtype dt,
+static int c32_begin(tq_backend *be, const char *op, const tq_conv_desc *d, tq_dtype dt, int ip,
                      int kind, const void *w, void *ws, size_t ws_bytes, c32plan *p, c32ws *W) {
-    c32_plan(d, dt, p);
+    c32_plan(d, dt, ip, p);
     int rc = c32_ws(be, op, p, kind, ws, ws_bytes, W);
     if (!rc && w) rc = tq_cpu_cast(be, p->nw, TQ_F32, W->w, p->dt, w);
     return rc;
@@ -768,105 +778,110 @@ typedef struct {
     float *dw, *db;
 } c32args;
 
-static int c32_op(tq_backend *be, tq_dtype dt, int kind, const tq_conv_desc *d, const c32args *a, void *ws,
-                  size_t ws_bytes) {
-    static const char *const name[NKIND] = { "conv_fwd", "conv_bwd_data", "conv_bwd_filter" };
+static int c32_op(tq_backend *be, const tq_conv_desc *d, tq_dtype dt, int ip, int kind,
+                  const c32args *a, void *ws, size_t ws_bytes) {
     c32plan p;
     c32ws W;
-    int rc = c32_begin(be, name[kind], d, dt, kind, kind == K_BWDW ? NULL : a->w, ws, ws_bytes, &p, &W);
+    int rc = c32_begin(be, op_name(ip, kind), d, dt, ip, kind, kind == K_BWDW ? NULL : a->w, ws,
+                       ws_bytes, &p, &W);
     for (int n0 = 0, nb; !rc && n0 < d->x.n; n0 += nb) {
         const tq_conv_desc *dc = chunk_at(&p, d->x.n, n0, &nb);
         if (kind == K_FWD) {   /* x → W.x, conv into W.y, W.y → y */
             if (!(rc = chunk_in(be, dt, W.x, a->x, n0, nb, p.nx1)) &&
-                !(rc = fwd_direct(be, dc, TQ_F32, 0, W.y, W.x, W.w, a->bias, W.inner, W.inner_bytes)))
+                !(rc = fwd_direct(be, dc, TQ_F32, ip, W.y, W.x, W.w, a->bias, W.inner, W.inner_bytes)))
                 rc = chunk_out(be, dt, a->y, W.y, n0, nb, p.ny1);
         } else if (kind == K_BWDD) {   /* dy → W.y, (dx → W.x,) conv_bwd into W.x, W.x → dx */
             if (!(rc = chunk_in(be, dt, W.y, a->dy, n0, nb, p.ny1)) &&
                 !(rc = a->beta != 0.0f ? chunk_in(be, dt, W.x, a->dx, n0, nb, p.nx1) : TQ_OK) &&
-                !(rc = bwdd_direct(be, dc, TQ_F32, 0, W.x, a->beta, W.y, W.w, W.inner, W.inner_bytes)))
+                !(rc = bwdd_direct(be, dc, TQ_F32, ip, W.x, a->beta, W.y, W.w, W.inner, W.inner_bytes)))
                 rc = chunk_out(be, dt, a->dx, W.x, n0, nb, p.nx1);
         } else {               /* x → W.x, dy → W.y, dw and db accumulate */
             if (!(rc = chunk_in(be, dt, W.x, a->x, n0, nb, p.nx1)) &&
                 !(rc = chunk_in(be, dt, W.y, a->dy, n0, nb, p.ny1)))
-                rc = bwdw_direct(be, dc, TQ_F32, 0, a->dw, a->db, W.x, W.y, W.inner, W.inner_bytes);
+                rc = bwdw_direct(be, dc, TQ_F32, ip, a->dw, a->db, W.x, W.y, W.inner, W.inner_bytes);
         }
     }
     return rc;
 }
 
 /* ---- the entry points: f32 and bf16 directly, f16 (and bf16 without native kernels) in f32
- * chunks ---- */
+ * chunks; convolutions, and linear layers as inner products ---- */
 
 /* the type's ops run in f32 chunks: f16 always, bf16 where oneDNN has no bf16 primitive for the
  * descriptor and kind on this CPU (decided once per descriptor: lookup caches the outcome) */
-static int via_f32(tq_backend *be, const tq_conv_desc *d, tq_dtype dt, int kind) {
+static int via_f32(tq_backend *be, const tq_conv_desc *d, tq_dtype dt, int ip, int kind) {
     tq_dnnl *D;
-    return dt == TQ_F16 || (dt == TQ_BF16 && !lookup(be, d, dt, 0, kind, &D));
+    return dt == TQ_F16 || (dt == TQ_BF16 && !lookup(be, d, dt, ip, kind, &D));
+}
+
+static int need_any(tq_backend *be, const tq_conv_desc *d, tq_dtype dt, int ip, int kind,
+                    size_t *bytes) {
+    if (!via_f32(be, d, dt, ip, kind)) return need_direct(be, d, dt, ip, kind, bytes);
+    c32plan p;
+    size_t own;
+    c32_plan(d, dt, ip, &p);
+    return c32_need(be, &p, kind, &own, bytes);
+}
+
+static int op_any(tq_backend *be, const tq_conv_desc *d, tq_dtype dt, int ip, int kind,
+                  const c32args *a, void *ws, size_t ws_bytes) {
+    if (via_f32(be, d, dt, ip, kind)) return c32_op(be, d, dt, ip, kind, a, ws, ws_bytes);
+    if (kind == K_FWD) return fwd_direct(be, d, dt, ip, a->y, a->x, a->w, a->bias, ws, ws_bytes);
+    if (kind == K_BWDD) return bwdd_direct(be, d, dt, ip, a->dx, a->beta, a->dy, a->w, ws, ws_bytes);
+    return bwdw_direct(be, d, dt, ip, a->dw, a->db, a->x, a->dy, ws, ws_bytes);
 }
 
 int tq_dnnl_conv_need(tq_backend *be, const tq_conv_desc *d, tq_dtype dt, int kind,
                       size_t *bytes) {
-    if (!via_f32(be, d, dt, kind)) return need_direct(be, d, dt, 0, kind, bytes);
-    c32plan p;
-    size_t own;
-    c32_plan(d, dt, &p);
-    return c32_need(be, &p, kind, &own, bytes);
+    return need_any(be, d, dt, 0, kind, bytes);
 }
 
 int tq_dnnl_conv_fwd(tq_backend *be, const tq_conv_desc *d, tq_dtype dt, void *y, const void *x,
                      const void *w, const float *bias, void *ws, size_t ws_bytes) {
-    if (via_f32(be, d, dt, K_FWD)) {
-        c32args a = { .y = y, .x = x, .w = w, .bias = bias };
-        return c32_op(be, dt, K_FWD, d, &a, ws, ws_bytes);
-    }
-    return fwd_direct(be, d, dt, 0, y, x, w, bias, ws, ws_bytes);
+    c32args a = { .y = y, .x = x, .w = w, .bias = bias };
+    return op_any(be, d, dt, 0, K_FWD, &a, ws, ws_bytes);
 }
 
 int tq_dnnl_conv_bwd_data(tq_backend *be, const tq_conv_desc *d, tq_dtype dt, void *dx,
                           float beta, const void *dy, const void *w, void *ws, size_t ws_bytes) {
-    if (via_f32(be, d, dt, K_BWDD)) {
-        c32args a = { .dx = dx, .dy = dy, .w = w, .beta = beta };
-        return c32_op(be, dt, K_BWDD, d, &a, ws, ws_bytes);
-    }
-    return bwdd_direct(be, d, dt, 0, dx, beta, dy, w, ws, ws_bytes);
+    c32args a = { .dx = dx, .dy = dy, .w = w, .beta = beta };
+    return op_any(be, d, dt, 0, K_BWDD, &a, ws, ws_bytes);
 }
 
 int tq_dnnl_conv_bwd_filter(tq_backend *be, const tq_conv_desc *d, tq_dtype dt, float *dw,
                             float *db, const void *x, const void *dy, void *ws,
                             size_t ws_bytes) {
-    if (via_f32(be, d, dt, K_BWDW)) {
-        c32args a = { .x = x, .dy = dy, .dw = dw, .db = db };
-        return c32_op(be, dt, K_BWDW, d, &a, ws, ws_bytes);
-    }
-    return bwdw_direct(be, d, dt, 0, dw, db, x, dy, ws, ws_bytes);
+    c32args a = { .x = x, .dy = dy, .dw = dw, .db = db };
+    return op_any(be, d, dt, 0, K_BWDW, &a, ws, ws_bytes);
 }
 
-/* ---- linear layers: f32 and bf16 inner products (f16 stays on OpenBLAS, cpu_conv.c) ----
- *
- * The same cache, workspace layouts and ops as a convolution's, with inner-product primitives
- * (x [n][in], w [out][in], y [n][out]); d is the layer's 1×1 geometry, d.x = (n, 1, 1, in). The
- * GEMMs then run on oneDNN's kernels for this CPU (AMX for bf16 where the CPU has it) instead of
- * OpenBLAS's, which on a CPU model it does not know fall back to SSE (OpenBLAS 0.3.21 calls
- * Sapphire and Emerald Rapids "Prescott"): cnn fp32, whose fc1 is 10% of its FLOPs, spent 25%
- * of its time in sgemm_kernel_PRESCOTT. */
+/* Linear layers: inner products (x [n][in], w [out][in], y [n][out]) through the same cache,
+ * workspace layouts and ops; d is the layer's 1×1 geometry, d.x = (n, 1, 1, in). The GEMMs run
+ * on oneDNN's kernels for this CPU (AMX for bf16 where the CPU has it) instead of OpenBLAS's,
+ * which on a CPU model it does not know fall back to SSE (OpenBLAS 0.3.21 calls Sapphire and
+ * Emerald Rapids "Prescott"): cnn fp32, whose fc1 is 10% of its FLOPs, spent 25% of its time
+ * in sgemm_kernel_PRESCOTT. */
 
 int tq_dnnl_linear_need(tq_backend *be, const tq_conv_desc *d, tq_dtype dt, int kind,
                         size_t *bytes) {
-    return dt != TQ_F16 && need_direct(be, d, dt, 1, kind, bytes);
+    return need_any(be, d, dt, 1, kind, bytes);
 }
 
 int tq_dnnl_linear_fwd(tq_backend *be, const tq_conv_desc *d, tq_dtype dt, void *y,
                        const void *x, const void *w, const float *bias, void *ws, size_t ws_bytes) {
-    return dt == TQ_F16 ? TQ_DNNL_NA : fwd_direct(be, d, dt, 1, y, x, w, bias, ws, ws_bytes);
+    c32args a = { .y = y, .x = x, .w = w, .bias = bias };
+    return op_any(be, d, dt, 1, K_FWD, &a, ws, ws_bytes);
 }
 
 int tq_dnnl_linear_bwd_data(tq_backend *be, const tq_conv_desc *d, tq_dtype dt, void *dx,
                             float beta, const void *dy, const void *w, void *ws, size_t ws_bytes) {
-    return dt == TQ_F16 ? TQ_DNNL_NA : bwdd_direct(be, d, dt, 1, dx, beta, dy, w, ws, ws_bytes);
+    c32args a = { .dx = dx, .dy = dy, .w = w, .beta = beta };
+    return op_any(be, d, dt, 1, K_BWDD, &a, ws, ws_bytes);
 }
 
 int tq_dnnl_linear_bwd_filter(tq_backend *be, const tq_conv_desc *d, tq_dtype dt, float *dw,
                               float *db, const void *x, const void *dy, void *ws,
                               size_t ws_bytes) {
-    return dt == TQ_F16 ? TQ_DNNL_NA : bwdw_direct(be, d, dt, 1, dw, db, x, dy, ws, ws_bytes);
+    c32args a = { .x = x, .dy = dy, .dw = dw, .db = db };
+    return op_any(be, d, dt, 1, K_BWDW, &a, ws, ws_bytes);
 }
