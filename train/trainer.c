@@ -337,8 +337,8 @@ static int open_backend(const tq_spec *sp, tq_backend **out, char *dev, size_t d
  * step is in flight takes effect after that step (one step later than without graphs).
  * TQ_DEVICE_STEP=1 in the environment runs this loop without capturing, on any backend: how
  * the unit tests check it on the CPU (tests/unit/test_devstep.c), and how gpu-check tells a
- * capture problem from a problem of this loop. The other path (the loop in tq_train) is the
- * one every job without cuda_graphs runs, untouched. */
+ * capture problem from a problem of this loop. The other path (host_train) is the one every job
+ * without cuda_graphs runs; both record a finished step through record_step. */
 
 #define DS_FETCH (TQ_SCALARS_DSTATE + sizeof(tq_dstep_state))   /* scalars[0..2] .. the state */
 
@@ -360,7 +360,7 @@ typedef struct {
     size_t data_b;
     int on_device, fp16, capture;
     double t_start;
-    /* what tq_train's loop keeps in its locals */
+    /* the run's state across steps (both loops) */
     double scale, loss;
     int tracker;
     int64_t peak, nsteps;
@@ -511,9 +511,37 @@ static int ds_boundary(const ds_loop *L, int64_t s) {
            (L->ckpt_path[0] && (s + 1) % sp->checkpoint_every == 0);
 }
 
-/* Waits for step p and records it as tq_train's loop does; deferred: the next step is in
- * flight (then p is no boundary, and a stop or timeout waits for that step). */
+static int record_step(ds_loop *L, const ds_step *p, const float sc[3], double ms,
+                       const tq_dstep_state *dev, int deferred);
+
+/* Waits for step p and records it (record_step); deferred: the next step is in flight (then p
+ * is no boundary, and a stop or timeout waits for that step). */
 static int ds_finish(ds_loop *L, const ds_step *p, int deferred) {
+    tq_backend *be = L->r->be;
+    const tq_backend_i *I = be->i;
+    const int64_t s = p->s;
+    unsigned char buf[DS_FETCH];
+    double t0 = L->t_prev, t1 = 0;
+    int rc;
+    if ((p->marked && (rc = I->fetch_end(be, 2 + (int)(s % 2), NULL, 0, &t0))) ||
+        (rc = I->fetch_end(be, (int)(s % 2), buf, sizeof buf, &t1))) {
+        fail(L->sum, TQ_ERR_BACKEND_ERROR, be->err);
+        return rc;
+    }
+    L->t_prev = t1;
+    float sc[3];
+    tq_dstep_state ds;
+    memcpy(sc, buf, sizeof sc);
+    memcpy(&ds, buf + TQ_SCALARS_DSTATE, sizeof ds);
+    /* device time from the previous step's end (or this one's start) */
+    return record_step(L, p, sc, t1 - t0, &ds, deferred);
+}
+
+/* The host's side of a finished step p, for both loops: its results sc (loss sum, hits,
+ * found_inf), the loss scaler (checked against the device's, dev, when the step ran there),
+ * the step record, the evaluation, the checkpoint, a stop or a timeout. */
+static int record_step(ds_loop *L, const ds_step *p, const float sc[3], double ms,
+                       const tq_dstep_state *dev, int deferred) {
     run_ctx *r = L->r;
     tq_backend *be = r->be;
     const tq_backend_i *I = be->i;
@@ -524,19 +552,7 @@ static int ds_finish(ds_loop *L, const ds_step *p, int deferred) {
     const tq_graph *g = r->e.g;
     const int b = sp->batch_size, accum = sp->accum_steps;
     const int64_t s = p->s, epoch = s / L->spe;
-    unsigned char buf[DS_FETCH];
-    double t0 = L->t_prev, t1 = 0;
     int rc;
-    if ((p->marked && (rc = I->fetch_end(be, 2 + (int)(s % 2), NULL, 0, &t0))) ||
-        (rc = I->fetch_end(be, (int)(s % 2), buf, sizeof buf, &t1))) {
-        fail(sum, TQ_ERR_BACKEND_ERROR, be->err);
-        return rc;
-    }
-    L->t_prev = t1;
-    float sc[3];
-    tq_dstep_state ds;
-    memcpy(sc, buf, sizeof sc);
-    memcpy(&ds, buf + TQ_SCALARS_DSTATE, sizeof ds);
     int found_inf = L->fp16 && sc[2] != 0.0f;
     if (!found_inf) st->opt_t++;
     else st->skipped_steps++;
@@ -549,17 +565,17 @@ static int ds_finish(ds_loop *L, const ds_step *p, int deferred) {
                          (float)sp->loss_scale.backoff_factor, sp->loss_scale.growth_interval);
         scale = fs;
     }
-    if (ds.used_scale != used_scale || ds.scale != scale || ds.tracker != tracker || ds.opt_t != st->opt_t) {
+    if (dev && (dev->used_scale != used_scale || dev->scale != scale || dev->tracker != tracker ||
+                dev->opt_t != st->opt_t)) {
         snprintf(L->err, sizeof L->err, "after step %lld the device's step state (loss scale %.9g -> %.9g, "
                  "growth tracker %d, optimizer steps %d) is not the host's (%.9g -> %.9g, %d, %lld)",
-                 (long long)(s + 1), ds.used_scale, ds.scale, (int)ds.tracker, (int)ds.opt_t, used_scale,
+                 (long long)(s + 1), dev->used_scale, dev->scale, (int)dev->tracker, (int)dev->opt_t, used_scale,
                  scale, tracker, (long long)st->opt_t);
         fail(sum, TQ_ERR_BACKEND_ERROR, L->err);
         return TQ_EDEVICE;
     }
     L->scale = scale;
     L->tracker = tracker;
-    double ms = t1 - t0;   /* device time from the previous step's end (or this one's start) */
     L->loss = sc[0] / ((double)b * accum);
     tq_step_rec rec = {0};
     rec.step = s + 1;
@@ -653,6 +669,49 @@ static int ds_train(ds_loop *L, int64_t start) {
         }
     }
     e->dstate = NULL;
+    return rc;
+}
+
+/* The step as the host issues it (every job without cuda_graphs): per micro-batch the loader,
+ * forward, loss and backward, then unscale and inf check, the optimizer and the 16-bit weight
+ * copy, then one read of the step's results (the one sync of the step) and record_step. */
+static int host_train(ds_loop *L, int64_t start) {
+    run_ctx *r = L->r;
+    tq_backend *be = r->be;
+    const tq_backend_i *I = be->i;
+    const tq_spec *sp = L->sp;
+    const tq_graph *g = r->e.g;
+    const int b = sp->batch_size, accum = sp->accum_steps;
+    int rc = TQ_OK;
+    for (int64_t s = start; s < L->total && !L->stop; s++) {
+        double t0 = I->now_ms(be);   /* the stream is idle here: the last step ended with a sync */
+        int64_t epoch = s / L->spe;
+        if (epoch != r->perm_epoch) { tq_epoch_order(r->perm, L->N, sp->seed, epoch, sp->shuffle); r->perm_epoch = epoch; }
+        I->memset0(be, r->e.grads, g->nparam_elems * 4);
+        I->memset0(be, r->e.scalars, 3 * sizeof(float));
+        size_t extent = 0;
+        for (int j = 0; j < accum && !rc; j++) {
+            int64_t k = (s % L->spe) * accum + j;
+            for (int q = 0; q < b; q++) r->idx_host[q] = r->perm[k * b + q];
+            if (sp->augment) tq_aug_draw(r->aug_host, b, sp->seed, (uint64_t)(s * accum + j), AUG_PAD);
+            rc = load(r, b, r->train_img, r->train_lab, sp->augment ? r->aug_host : NULL);
+            if (!rc) rc = tq_engine_train_microbatch(&r->e, (float)(L->scale / accum));
+            if (r->e.extent_peak > extent) extent = r->e.extent_peak;
+        }
+        if (!rc && L->fp16) rc = I->unscale_check(be, g->nparam_elems, r->e.grads, (float)(1.0 / L->scale), r->e.scalars + 2);
+        /* the optimizer reads the overflow flag where it lives and skips itself (the low-precision
+         * weight copy is then refreshed from unchanged weights): nothing waits for the host */
+        double lr = tq_lr_at(sp, s, L->total);
+        if (!rc && !(rc = optimizer_step(r, lr, L->st->opt_t + 1, L->fp16 ? r->e.scalars + 2 : NULL)))
+            rc = tq_engine_refresh_wlow(&r->e);
+        if (rc) { fail(L->sum, TQ_ERR_BACKEND_ERROR, be->err); return rc; }
+        float sc[3];
+        I->to_host(be, sc, r->e.scalars, sizeof sc);     /* the one sync of the step: loss, hits, overflow */
+        I->sync(be);
+        double ms = I->now_ms(be) - t0;   /* CUDA events on the GPU, the monotonic clock on the CPU */
+        ds_step p = { .s = s, .lr = lr, .extent = extent, .marked = 0 };
+        if ((rc = record_step(L, &p, sc, ms, NULL, 0))) return rc;
+    }
     return rc;
 }
 
@@ -789,116 +848,22 @@ int tq_train(const tq_spec *sp, const tq_run_opts *o, tq_summary *sum) {
     int64_t start = st.step, nsteps_here = 0, peak = 0;
     size_t data_b = plan.data;
     double loss = NAN;
-    int stop = 0;
-    int last_eval_step = -1;
-    if (dsm) {   /* the step on the device: cuda_graphs (above tq_train) */
-        ds_loop L;
-        memset(&L, 0, sizeof L);
-        L.r = &r; L.sp = sp; L.o = o; L.sum = sum; L.st = &st; L.ckpt_path = ckpt_path;
-        L.total = total; L.spe = spe; L.N = N; L.data_b = data_b; L.on_device = on_device;
-        L.fp16 = fp16; L.capture = dsm == 2; L.t_start = t_start;
-        L.scale = scale; L.tracker = tracker; L.loss = loss;
-        L.step_ms = step_ms; L.sps = sps;
-        rc = ds_train(&L, start);
-        scale = L.scale; tracker = L.tracker; loss = L.loss; peak = L.peak; nsteps_here = L.nsteps;
+    ds_loop L;
+    memset(&L, 0, sizeof L);
+    L.r = &r; L.sp = sp; L.o = o; L.sum = sum; L.st = &st; L.ckpt_path = ckpt_path;
+    L.total = total; L.spe = spe; L.N = N; L.data_b = data_b; L.on_device = on_device;
+    L.fp16 = fp16; L.capture = dsm == 2; L.t_start = t_start;
+    L.scale = scale; L.tracker = tracker; L.loss = loss;
+    L.step_ms = step_ms; L.sps = sps;
+    rc = dsm ? ds_train(&L, start) : host_train(&L, start);   /* the step on the device: cuda_graphs */
+    scale = L.scale; tracker = L.tracker; loss = L.loss; peak = L.peak; nsteps_here = L.nsteps;
+    if (dsm) {
         I->graph_free(be, L.g_mb);
         I->graph_free(be, L.g_tail);
         if (dsm == 2 && !L.captured)
             snprintf(sum->cuda_graphs, sizeof sum->cuda_graphs, "%s", L.capture_failed ? "capture_failed" : "uncaptured");
-        if (rc && !L.timed_out) goto done;
-        goto trained;
     }
-    for (int64_t s = start; s < total && !stop; s++) {
-        double t0 = I->now_ms(be);   /* the stream is idle here: the last step ended with a sync */
-        int64_t epoch = s / spe;
-        if (epoch != r.perm_epoch) { tq_epoch_order(r.perm, N, sp->seed, epoch, sp->shuffle); r.perm_epoch = epoch; }
-        I->memset0(be, r.e.grads, g->nparam_elems * 4);
-        I->memset0(be, r.e.scalars, 3 * sizeof(float));
-        size_t extent = 0;
-        for (int j = 0; j < accum && !rc; j++) {
-            int64_t k = (s % spe) * accum + j;
-            for (int q = 0; q < b; q++) r.idx_host[q] = r.perm[k * b + q];
-            if (sp->augment) tq_aug_draw(r.aug_host, b, sp->seed, (uint64_t)(s * accum + j), AUG_PAD);
-            rc = load(&r, b, r.train_img, r.train_lab, sp->augment ? r.aug_host : NULL);
-            if (!rc) rc = tq_engine_train_microbatch(&r.e, (float)(scale / accum));
-            if (r.e.extent_peak > extent) extent = r.e.extent_peak;
-        }
-        if (!rc && fp16) rc = I->unscale_check(be, g->nparam_elems, r.e.grads, (float)(1.0 / scale), r.e.scalars + 2);
-        if (rc) { fail(sum, TQ_ERR_BACKEND_ERROR, be->err); goto done; }
-        /* the optimizer reads the overflow flag where it lives and skips itself (the low-precision
-         * weight copy is then refreshed from unchanged weights): nothing waits for the host */
-        double lr = tq_lr_at(sp, s, total);
-        double used_scale = scale;
-        if ((rc = optimizer_step(&r, lr, st.opt_t + 1, fp16 ? r.e.scalars + 2 : NULL)) ||
-            (rc = tq_engine_refresh_wlow(&r.e))) { fail(sum, TQ_ERR_BACKEND_ERROR, be->err); goto done; }
-        float sc[3];
-        I->to_host(be, sc, r.e.scalars, sizeof sc);     /* the one sync of the step: loss, hits, overflow */
-        int found_inf = fp16 && sc[2] != 0.0f;
-        if (!found_inf) st.opt_t++;
-        else st.skipped_steps++;
-        if (fp16) {
-            float fs = (float)scale;
-            tq_scaler_update(&fs, &tracker, found_inf, (float)sp->loss_scale.growth_factor,
-                             (float)sp->loss_scale.backoff_factor, sp->loss_scale.growth_interval);
-            scale = fs;
-        }
-        I->sync(be);
-        double ms = I->now_ms(be) - t0;   /* CUDA events on the GPU, the monotonic clock on the CPU */
-        loss = sc[0] / ((double)b * accum);
-        tq_step_rec rec = {0};
-        rec.step = s + 1;
-        rec.epoch = (int)epoch + 1;
-        rec.loss = loss;
-        rec.lr = lr;
-        rec.loss_scale = fp16 ? used_scale : -1;
-        rec.skipped = found_inf;
-        rec.step_ms = ms;
-        rec.samples_per_s = (double)b * accum / (ms / 1000.0);
-        size_t held = be->bytes_live - data_b;
-        rec.mem_allocated_bytes = (int64_t)r.e.persistent_bytes;
-        rec.mem_peak_bytes = (int64_t)(held - g->arena_bytes + extent);
-        rec.mem_reserved_bytes = (int64_t)be->bytes_live;
-        rec.device_used_bytes = -1;
-        if (on_device && I->mem_info(be, &dev_free, &dev_total) == 0) {
-            rec.device_used_bytes = (int64_t)(dev_total - dev_free);
-            if (rec.device_used_bytes > sum->device_peak_used_bytes) sum->device_peak_used_bytes = rec.device_used_bytes;
-        }
-        rec.time_ms = tq_unix_ms();
-        rec.total_steps = total;
-        if (rec.mem_peak_bytes > peak) peak = rec.mem_peak_bytes;
-        step_ms[nsteps_here] = ms; sps[nsteps_here] = rec.samples_per_s; nsteps_here++;
-        st.step = s + 1;
-        st.loss_scale = scale; st.growth_tracker = tracker;
-        if (o->cb.on_step && (rc = o->cb.on_step(o->cb.ctx, &rec))) { fail(sum, TQ_ERR_IO_ERROR, "recording the step failed"); goto done; }
-
-        int epoch_end = (s + 1) % spe == 0;
-        int last = s + 1 == total;
-        int due_eval = sp->eval_every ? ((s + 1) % sp->eval_every == 0 || last) : (epoch_end || last);
-        if (due_eval && ds.test.n > 0) {
-            tq_eval_rec ev;
-            if ((rc = evaluate(&r, s + 1, (int)epoch + 1, TQ_EVAL_EVAL, &ev))) { fail(sum, TQ_ERR_BACKEND_ERROR, be->err); goto done; }
-            sum->val_loss = ev.loss; sum->val_accuracy = ev.accuracy;
-            last_eval_step = (int)(s + 1);
-            if (o->cb.on_eval && (rc = o->cb.on_eval(o->cb.ctx, &ev))) { fail(sum, TQ_ERR_IO_ERROR, "recording the evaluation failed"); goto done; }
-        }
-        int want_stop = !last && o->cb.should_stop ? o->cb.should_stop(o->cb.ctx) : 0;
-        double elapsed_s = (tq_mono_ms() - t_start) / 1000.0;
-        int timed_out = !last && sp->timeout_s > 0 && elapsed_s > (double)sp->timeout_s;
-        if (ckpt_path[0] && (last || want_stop || timed_out || (s + 1) % sp->checkpoint_every == 0)) {
-            if ((rc = tq_save_checkpoint(&r.e, ckpt_path, &st, err, sizeof err))) { fail(sum, storage_code(rc), err); goto done; }
-            if (o->cb.on_checkpoint) o->cb.on_checkpoint(o->cb.ctx, st.step, ckpt_path);
-        }
-        if (timed_out) {
-            snprintf(err, sizeof err, "the job ran past timeout_s %lld after %lld of %lld steps",
-                     (long long)sp->timeout_s, (long long)(s + 1), (long long)total);
-            fail(sum, TQ_ERR_TIMEOUT, err); rc = TQ_ECANCEL; stop = 1;
-        } else if (want_stop) {
-            snprintf(sum->state, sizeof sum->state, want_stop == 2 ? "interrupted" : "cancelled");
-            stop = 1;
-        }
-    }
-trained:
-    (void)last_eval_step;
+    if (rc && !L.timed_out) goto done;
     if (!sum->state[0]) snprintf(sum->state, sizeof sum->state, "succeeded");
     if (model_path[0] && !strcmp(sum->state, "succeeded")) {
         if ((rc = tq_export_model(&r.e, model_path, err, sizeof err))) { fail(sum, storage_code(rc), err); goto done; }
