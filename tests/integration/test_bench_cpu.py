@@ -58,6 +58,22 @@ def test_report_files(native):
     assert data["meta"]["rounds_done"] == 2
 
 
+def test_render_rewrites_the_section_from_the_json(native, tmp_path):
+    """--render runs nothing: the section comes back from the JSON alone, the rest of the file kept."""
+    out, r = native
+    md = (out / "benchmarks.md").read_text(encoding="utf-8")
+    b, e = "<!-- bench/cpu:begin -->", "<!-- bench/cpu:end -->"
+    page = "# kept above\n\n" + b + "\nstale words\n" + e + "\n\nkept below\n"
+    (tmp_path / "benchmarks.md").write_text(page, encoding="utf-8")
+    rr = subprocess.run([sys.executable, str(BENCH), "--render", str(out / "bench-cpu.json"), "--out", str(tmp_path)],
+                        stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60)
+    assert rr.returncode == 0, rr.stderr
+    new = (tmp_path / "benchmarks.md").read_text(encoding="utf-8")
+    assert new.startswith("# kept above\n") and new.rstrip().endswith("kept below")
+    assert "stale words" not in new
+    assert new[new.index(b):new.index(e)] == md[md.index(b):md.index(e)]
+
+
 def test_every_cell_measured_in_every_round(native):
     out, _ = native
     data = json.loads((out / "bench-cpu.json").read_text())
