@@ -74,7 +74,7 @@ static enum MHD_Result forbidden(tq_ctx *c, const tq_peer *p, const tq_job *j, c
 }
 
 /* The job c->id for an action by the peer: 1 and *j (the caller frees it), or 0 answered (404,
- * 403 naming the owner). verb: "cancel", "delete", "read". */
+ * 403 naming the owner). verb: "cancel", "requeue", "delete", "read". */
 static int job_for(tq_ctx *c, tq_store *s, const tq_peer *p, const char *verb, tq_job *j, enum MHD_Result *ans) {
     int rc = tq_queue_get(s, c->id, j);
     if (rc < 0) { *ans = tq_send_store_error(c, s, rc); return 0; }
@@ -87,6 +87,20 @@ static int job_for(tq_ctx *c, tq_store *s, const tq_peer *p, const char *verb, t
     *ans = forbidden(c, p, j, verb);
     tq_job_free(j);
     return 0;
+}
+
+/* The preamble of an action (VERB: "cancel", "requeue", "delete") on job c->id: the store, a
+ * peer that may write, the job that peer may VERB. 1 with *s and *j (the caller frees it), or 0
+ * answered (503, 401/403, 404). */
+static int action_job(tq_ctx *c, const char *verb, tq_store **s, tq_job *j, enum MHD_Result *ans) {
+    *s = tq_api_store(c);
+    if (!*s) {
+        *ans = NO_STORE(c);
+        return 0;
+    }
+    tq_peer peer;
+    tq_ctx_peer(c, &peer);
+    return may_write(c, &peer, ans) && job_for(c, *s, &peer, verb, j, ans);
 }
 
 int tq_may_read_job(tq_ctx *c, const tq_job *j, enum MHD_Result *ans) {
@@ -553,13 +567,10 @@ enum MHD_Result tq_h_evals(tq_ctx *c) {
 
 enum MHD_Result tq_h_cancel(tq_ctx *c) {
     CHECK_QUERY(c, no_params);
-    tq_store *s = tq_api_store(c);
-    if (!s) return NO_STORE(c);
-    tq_peer peer;
-    tq_ctx_peer(c, &peer);
+    tq_store *s;
     enum MHD_Result ans;
     tq_job j;
-    if (!may_write(c, &peer, &ans) || !job_for(c, s, &peer, "cancel", &j, &ans)) return ans;
+    if (!action_job(c, "cancel", &s, &j, &ans)) return ans;
     tq_job_free(&j);
     char was[16];
     int rc = tq_queue_cancel(s, c->id, was);
@@ -653,13 +664,10 @@ static int requeue_allowed(tq_ctx *c, const tq_job *j, enum MHD_Result *ans) {
 
 enum MHD_Result tq_h_requeue(tq_ctx *c) {
     CHECK_QUERY(c, no_params);
-    tq_store *s = tq_api_store(c);
-    if (!s) return NO_STORE(c);
-    tq_peer peer;
-    tq_ctx_peer(c, &peer);
+    tq_store *s;
     enum MHD_Result ans;
     tq_job j;
-    if (!may_write(c, &peer, &ans) || !job_for(c, s, &peer, "requeue", &j, &ans)) return ans;
+    if (!action_job(c, "requeue", &s, &j, &ans)) return ans;
     int ok = requeue_allowed(c, &j, &ans);
     int damaged = ok && !strcmp(j.error_code, "invalid_checkpoint");
     tq_job_free(&j);
@@ -694,13 +702,10 @@ static int rm_one(const char *path, const struct stat *sb, int flag, struct FTW 
 
 enum MHD_Result tq_h_delete(tq_ctx *c) {
     CHECK_QUERY(c, no_params);
-    tq_store *s = tq_api_store(c);
-    if (!s) return NO_STORE(c);
-    tq_peer peer;
-    tq_ctx_peer(c, &peer);
+    tq_store *s;
     enum MHD_Result ans;
     tq_job j;
-    if (!may_write(c, &peer, &ans) || !job_for(c, s, &peer, "delete", &j, &ans)) return ans;
+    if (!action_job(c, "delete", &s, &j, &ans)) return ans;
     tq_job_free(&j);
     int rc = tq_queue_delete(s, c->id);
     if (rc == TQ_STORE_ECONFLICT)
