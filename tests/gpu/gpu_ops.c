@@ -871,6 +871,14 @@ static void fetch_case(void) {
     case_end(&c);
 }
 
+/* the graph cases on a CPU device (--against cpu): the case says it is skipped and ends; 1 then */
+static int graphs_skipped(tcase *c, tq_backend *dv) {
+    if (strcmp(dv->i->name, "cpu")) return 0;
+    add_row(c, "skipped", 0.0, 0.0, 1, 1, "CUDA graphs need a CUDA device");
+    case_end(c);
+    return 1;
+}
+
 /* CUDA graphs: a captured sequence replayed three times with new values in device memory
  * between the replays (the learning rate, the overflow flag) gives exactly what the same ops
  * issued directly give; on a CPU device (--against cpu) the case says it is skipped. */
@@ -879,11 +887,7 @@ static void graph_opt_case(void) {
     tcase c;
     case_begin(&c, "graph", TQ_F32, "capture sgd_step_dyn + step_end, replay 3x (lr 0.1/0.05/0.025, overflow at the 2nd)");
     tq_backend *dv = G.be[DEV];
-    if (!strcmp(dv->i->name, "cpu")) {
-        add_row(&c, "skipped", 0.0, 0.0, 1, 1, "CUDA graphs need a CUDA device");
-        case_end(&c);
-        return;
-    }
+    if (graphs_skipped(&c, dv)) return;
     const tq_dstep_state st0 = { 1024, 1024, 0, 0 };
     tq_dstep_in in = { 0.1f, 1, 0, 0, 0, 0 };
     void *hw = gen(K_F32, n, -1, 1), *hb = gen(K_F32, n, -1, 1);
@@ -946,11 +950,7 @@ static void graph_conv_case(tq_dtype dt) {
     tcase c;
     case_begin(&c, "graph", dt, "capture conv fwd/bwd_data beta 1/bwd_filter x 8x16x16x16 k32 3x3 + linear_fwd bias, replay 2x");
     tq_backend *dv = G.be[DEV];
-    if (!strcmp(dv->i->name, "cpu")) {
-        add_row(&c, "skipped", 0.0, 0.0, 1, 1, "CUDA graphs need a CUDA device");
-        case_end(&c);
-        return;
-    }
+    if (graphs_skipped(&c, dv)) return;
     tq_shape ys = tq_conv_yshape(&d);
     size_t nx = tq_shape_numel(d.x), ny = tq_shape_numel(ys), nw = (size_t)d.k * d.r * d.s * d.x.c;
     size_t wsb[2];
