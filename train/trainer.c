@@ -347,7 +347,7 @@ typedef struct {
     double lr;
     size_t extent;         /* the arena's high-water mark over its micro-batches */
     int marked;            /* its start is the mark in fetch slot 2 + s % 2 (nothing was in flight) */
-} ds_step;
+} step_ref;
 
 typedef struct {
     run_ctx *r;
@@ -373,10 +373,10 @@ typedef struct {
     double t_prev;
     int defer_stop, defer_timeout;
     char err[512];
-} ds_loop;
+} step_loop;
 
 /* unscale and inf check, optimizer, the 16-bit weight copy, the scaler update */
-static int ds_tail_ops(ds_loop *L) {
+static int ds_tail_ops(step_loop *L) {
     tq_backend *be = L->r->be;
     const tq_backend_i *I = be->i;
     const tq_spec *sp = L->sp;
@@ -404,7 +404,7 @@ static int ds_tail_ops(ds_loop *L) {
 
 /* Captures one micro-batch and the tail. A failure is not the job's: it says why on stderr and
  * the job trains on, uncaptured (the same ops, the same numbers). */
-static void ds_capture(ds_loop *L) {
+static void ds_capture(step_loop *L) {
     run_ctx *r = L->r;
     tq_backend *be = r->be;
     const tq_backend_i *I = be->i;
@@ -448,7 +448,7 @@ out:
 }
 
 /* Issues step s: nothing waits for the device here. */
-static int ds_launch(ds_loop *L, int64_t s, int marked, ds_step *out) {
+static int ds_launch(step_loop *L, int64_t s, int marked, step_ref *out) {
     run_ctx *r = L->r;
     tq_backend *be = r->be;
     const tq_backend_i *I = be->i;
@@ -502,7 +502,7 @@ static int ds_launch(ds_loop *L, int64_t s, int marked, ds_step *out) {
 
 /* Whether the host must wait for step s before it issues the next: an evaluation, a
  * checkpoint or the end comes after it. */
-static int ds_boundary(const ds_loop *L, int64_t s) {
+static int ds_boundary(const step_loop *L, int64_t s) {
     const tq_spec *sp = L->sp;
     int last = s + 1 == L->total;
     int epoch_end = (s + 1) % L->spe == 0;
@@ -511,12 +511,12 @@ static int ds_boundary(const ds_loop *L, int64_t s) {
            (L->ckpt_path[0] && (s + 1) % sp->checkpoint_every == 0);
 }
 
-static int record_step(ds_loop *L, const ds_step *p, const float sc[3], double ms,
+static int record_step(step_loop *L, const step_ref *p, const float sc[3], double ms,
                        const tq_dstep_state *dev, int deferred);
 
 /* Waits for step p and records it (record_step); deferred: the next step is in flight (then p
  * is no boundary, and a stop or timeout waits for that step). */
-static int ds_finish(ds_loop *L, const ds_step *p, int deferred) {
+static int ds_finish(step_loop *L, const step_ref *p, int deferred) {
     tq_backend *be = L->r->be;
     const tq_backend_i *I = be->i;
     const int64_t s = p->s;
@@ -540,7 +540,7 @@ static int ds_finish(ds_loop *L, const ds_step *p, int deferred) {
 /* The host's side of a finished step p, for both loops: its results sc (loss sum, hits,
  * found_inf), the loss scaler (checked against the device's, dev, when the step ran there),
  * the step record, the evaluation, the checkpoint, a stop or a timeout. */
-static int record_step(ds_loop *L, const ds_step *p, const float sc[3], double ms,
+static int record_step(step_loop *L, const step_ref *p, const float sc[3], double ms,
                        const tq_dstep_state *dev, int deferred) {
     run_ctx *r = L->r;
     tq_backend *be = r->be;
@@ -641,7 +641,7 @@ static int record_step(ds_loop *L, const ds_step *p, const float sc[3], double m
     return TQ_OK;
 }
 
-static int ds_train(ds_loop *L, int64_t start) {
+static int ds_train(step_loop *L, int64_t start) {
     run_ctx *r = L->r;
     tq_backend *be = r->be;
     tq_engine *e = &r->e;
@@ -653,7 +653,7 @@ static int ds_train(ds_loop *L, int64_t start) {
     be->i->to_device(be, tq_engine_dstate(e), &ds0, sizeof ds0);
     e->dstate = tq_engine_dstate(e);
     e->dstep_accum = L->sp->accum_steps;
-    ds_step cur, prev;
+    step_ref cur, prev;
     memset(&prev, 0, sizeof prev);
     int have = 0, rc = TQ_OK;
     for (int64_t s = start; s < L->total && !L->stop; s++) {
@@ -675,7 +675,7 @@ static int ds_train(ds_loop *L, int64_t start) {
 /* The step as the host issues it (every job without cuda_graphs): per micro-batch the loader,
  * forward, loss and backward, then unscale and inf check, the optimizer and the 16-bit weight
  * copy, then one read of the step's results (the one sync of the step) and record_step. */
-static int host_train(ds_loop *L, int64_t start) {
+static int host_train(step_loop *L, int64_t start) {
     run_ctx *r = L->r;
     tq_backend *be = r->be;
     const tq_backend_i *I = be->i;
@@ -709,7 +709,7 @@ static int host_train(ds_loop *L, int64_t start) {
         I->to_host(be, sc, r->e.scalars, sizeof sc);     /* the one sync of the step: loss, hits, overflow */
         I->sync(be);
         double ms = I->now_ms(be) - t0;   /* CUDA events on the GPU, the monotonic clock on the CPU */
-        ds_step p = { .s = s, .lr = lr, .extent = extent, .marked = 0 };
+        step_ref p = { .s = s, .lr = lr, .extent = extent, .marked = 0 };
         if ((rc = record_step(L, &p, sc, ms, NULL, 0))) return rc;
     }
     return rc;
@@ -848,7 +848,7 @@ int tq_train(const tq_spec *sp, const tq_run_opts *o, tq_summary *sum) {
     int64_t start = st.step, nsteps_here = 0, peak = 0;
     size_t data_b = plan.data;
     double loss = NAN;
-    ds_loop L;
+    step_loop L;
     memset(&L, 0, sizeof L);
     L.r = &r; L.sp = sp; L.o = o; L.sum = sum; L.st = &st; L.ckpt_path = ckpt_path;
     L.total = total; L.spe = spe; L.N = N; L.data_b = data_b; L.on_device = on_device;
