@@ -17,6 +17,25 @@
 #define RED_PART 2048    /* partial sums kept on the stack: nseg·cw <= RED_PART */
 #define ROW_BLK 256      /* rows per dtype dispatch in the element passes */
 #define RED_RB 64        /* rows per f32 partial sum in the reductions */
+#define FOLD_MIN 64      /* a folded row has at least this many elements (see fold_rep) */
+
+/* A window that spans whole rows (cw == ld, so c0 == 0) is one contiguous run, and `rep` rows of
+ * it are one row of cw·rep elements with the per-channel parameters repeated rep times. The
+ * passes below loop over such folded rows where channels are few: at a ResNet's first stage
+ * (16 channels) a row's vector loop costs more to set up than to run, and the norm, dx and
+ * statistics passes were a third of a bf16 step (perf). Element-wise passes compute the same
+ * bits either way; the rows m % rep left over run unfolded. Returns rep, 1 for no folding. */
+static int fold_rep(size_t ld, int cw, size_t m) {
+    int rep = (size_t)cw == ld && cw < FOLD_MIN ? FOLD_MIN / cw : 1;
+    return (size_t)rep <= m ? rep : 1;
+}
+
+/* dst[k·cw + j] = src[j] for k < rep (dst holds FOLD_MIN floats; cw·rep <= FOLD_MIN) */
+static const float *fold_param(float *dst, const float *src, int cw, int rep) {
+    if (rep == 1) return src;
+    for (int k = 0; k < rep; k++) memcpy(dst + (size_t)k * cw, src, (size_t)cw * sizeof(float));
+    return dst;
+}
 
 /* Sums over rows [r0, r1) of jw channels, jw <= RED_CB: f32 partial sums over RED_RB-row blocks
  * (vectorised over the channels), added into double per block. */
@@ -50,12 +69,13 @@ TQ_ALWAYS_INLINE void red_block(tq_dtype dt, tq_red_mode mode, size_t r0, size_t
     }
 }
 
+/* jw <= FOLD_MIN lanes (RED_CB channels, or a folded row's cw·rep) */
 TQ_ALWAYS_INLINE void red_task(tq_dtype dt, tq_red_mode mode, size_t r0, size_t r1, size_t ld,
                                size_t col, int jw, const void *a, const void *b, const void *mk,
                                const float *off, double *o0, double *o1) {
-    double acc0[RED_CB], acc1[RED_CB];
-    float of[RED_CB];
-    for (int j = 0; j < RED_CB; j++) {
+    double acc0[FOLD_MIN], acc1[FOLD_MIN];
+    float of[FOLD_MIN];
+    for (int j = 0; j < FOLD_MIN; j++) {
         acc0[j] = 0; acc1[j] = 0;
         of[j] = off && j < jw ? off[j] : 0.0f;
     }
@@ -70,11 +90,12 @@ TQ_ALWAYS_INLINE void red_task(tq_dtype dt, tq_red_mode mode, size_t r0, size_t 
     }
     for (size_t rb = r0; rb < r1; rb += RED_RB) {
         size_t re = r1 - rb < RED_RB ? r1 : rb + RED_RB;
-        float f0[RED_CB], f1[RED_CB];
-        for (int j = 0; j < RED_CB; j++) { f0[j] = 0; f1[j] = 0; }
+        float f0[FOLD_MIN], f1[FOLD_MIN];
+        for (int j = 0; j < FOLD_MIN; j++) { f0[j] = 0; f1[j] = 0; }
         if (jw == RED_CB) red_block(dt, mode, rb, re, ld, col, RED_CB, a, b, mk, of, f0, f1);
+        else if (jw == FOLD_MIN) red_block(dt, mode, rb, re, ld, col, FOLD_MIN, a, b, mk, of, f0, f1);
         else red_block(dt, mode, rb, re, ld, col, jw, a, b, mk, of, f0, f1);
-        for (int j = 0; j < RED_CB; j++) { acc0[j] += f0[j]; acc1[j] += f1[j]; }
+        for (int j = 0; j < FOLD_MIN; j++) { acc0[j] += f0[j]; acc1[j] += f1[j]; }
     }
     for (int j = 0; j < jw; j++) {
         o0[j] = acc0[j];
@@ -105,11 +126,20 @@ static void red_task_any(tq_dtype dt, tq_red_mode mode, size_t r0, size_t r1, si
 void tq_cpu_chan_sums(tq_backend *be, tq_red_mode mode, size_t m, size_t ld, size_t c0, int cw,
                       tq_dtype dt, const void *a, const void *b, const void *mk, const float *off,
                       double *s0, double *s1) {
-    int nblk = (cw + RED_CB - 1) / RED_CB;
-    size_t nseg = m / RED_SEG_ROWS;
+    /* folded (see fold_rep): one block of cw·rep lanes, whose rep lanes per channel are added
+     * in order at the end; otherwise blocks of RED_CB channels */
+    int rep = fold_rep(ld, cw, m);
+    float foff[FOLD_MIN];
+    const float *poff = off ? fold_param(foff, off, cw, rep) : NULL;
+    size_t fm = m / rep, fld = ld * (size_t)rep;
+    int lanes = cw * rep;                            /* lanes of the rows the tasks see */
+    int bw = rep > 1 ? lanes : RED_CB;               /* lanes per task */
+    int nblk = (lanes + bw - 1) / bw;
+    size_t nseg = fm / RED_SEG_ROWS;
     if (nseg > RED_MAXSEG) nseg = RED_MAXSEG;
-    if (nseg > (size_t)(RED_PART / cw)) nseg = (size_t)(RED_PART / cw);
+    if (nseg > (size_t)(RED_PART / lanes)) nseg = (size_t)(RED_PART / lanes);
     if (nseg < 1) nseg = 1;
+    int direct = nseg == 1 && rep == 1;              /* tasks write s0, s1 themselves */
     double part0[RED_PART], part1[RED_PART];
     int ntask = (int)nseg * nblk;
     int nt = tq_cpu_nt(be);
@@ -117,24 +147,32 @@ void tq_cpu_chan_sums(tq_backend *be, tq_red_mode mode, size_t m, size_t ld, siz
 #pragma omp parallel for num_threads(nt) schedule(static) if (par)
     for (int t = 0; t < ntask; t++) {
         size_t seg = (size_t)(t / nblk);
-        int j0 = (t % nblk) * RED_CB;
-        int jw = cw - j0 < RED_CB ? cw - j0 : RED_CB;
-        size_t r0 = m * seg / nseg, r1 = m * (seg + 1) / nseg;
-        double *o0 = nseg == 1 ? s0 + j0 : part0 + seg * cw + j0;
-        double *o1 = mode == TQ_RED_SUM ? NULL : nseg == 1 ? s1 + j0 : part1 + seg * cw + j0;
-        const float *of = off ? off + j0 : NULL;
-        size_t col = c0 + (size_t)j0;
-        red_task_any(dt, mode, r0, r1, ld, col, jw, a, b, mk, of, o0, o1);
+        int j0 = (t % nblk) * bw;
+        int jw = lanes - j0 < bw ? lanes - j0 : bw;
+        size_t r0 = fm * seg / nseg, r1 = fm * (seg + 1) / nseg;
+        double *o0 = direct ? s0 + j0 : part0 + seg * lanes + j0;
+        double *o1 = mode == TQ_RED_SUM ? NULL : direct ? s1 + j0 : part1 + seg * lanes + j0;
+        const float *of = poff ? poff + j0 : NULL;
+        red_task_any(dt, mode, r0, r1, fld, c0 + (size_t)j0, jw, a, b, mk, of, o0, o1);
     }
-    if (nseg > 1) {
+    if (!direct) {
         for (int j = 0; j < cw; j++) {
             double t0 = 0, t1 = 0;
-            for (size_t sg = 0; sg < nseg; sg++) {
-                t0 += part0[sg * cw + j];
-                if (mode != TQ_RED_SUM) t1 += part1[sg * cw + j];
-            }
+            for (size_t sg = 0; sg < nseg; sg++)
+                for (int k = 0; k < rep; k++) {
+                    t0 += part0[sg * lanes + (size_t)k * cw + j];
+                    if (mode != TQ_RED_SUM) t1 += part1[sg * lanes + (size_t)k * cw + j];
+                }
             s0[j] = t0;
             if (mode != TQ_RED_SUM) s1[j] = t1;
+        }
+    }
+    if (fm * rep < m) {   /* the rows left over, unfolded, added last */
+        double t0[FOLD_MIN], t1[FOLD_MIN];
+        red_task_any(dt, mode, fm * rep, m, ld, c0, cw, a, b, mk, off, t0, t1);
+        for (int j = 0; j < cw; j++) {
+            s0[j] += t0[j];
+            if (mode != TQ_RED_SUM) s1[j] += t1[j];
         }
     }
 }
@@ -170,20 +208,31 @@ __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 static void norm_block(tq_dtype dt, size_t r0, size_t r1, size_t ld, size_t c0, int cw, void *y,
                        const void *x, const void *res, const float *mu, const float *is,
                        const float *g, const float *b, int relu) {
-    TQ_DT_CALL(dt, norm_rows, r0, r1, ld, c0, cw, y, x, res, mu, is, g, b, relu);
+    if (cw == FOLD_MIN)   /* a folded row, or 64 channels: a trip count the compiler knows */
+        TQ_DT_CALL(dt, norm_rows, r0, r1, ld, c0, FOLD_MIN, y, x, res, mu, is, g, b, relu);
+    else
+        TQ_DT_CALL(dt, norm_rows, r0, r1, ld, c0, cw, y, x, res, mu, is, g, b, relu);
 }
 
 static void norm_pass(tq_backend *be, tq_dtype dt, size_t m, size_t ld, size_t c0, int cw,
                       void *y, const void *x, const void *res, const float *mu, const float *is,
                       const float *g, const float *b, int relu) {
-    size_t nrb = (m + ROW_BLK - 1) / ROW_BLK;
+    int rep = fold_rep(ld, cw, m);
+    float fmu[FOLD_MIN], fis[FOLD_MIN], fg[FOLD_MIN], fb[FOLD_MIN];
+    const float *pmu = fold_param(fmu, mu, cw, rep), *pis = fold_param(fis, is, cw, rep),
+                *pg = fold_param(fg, g, cw, rep), *pb = fold_param(fb, b, cw, rep);
+    size_t fm = m / rep, fld = ld * (size_t)rep, blk = ROW_BLK / rep ? ROW_BLK / rep : 1;
+    int fcw = cw * rep;
+    size_t nrb = (fm + blk - 1) / blk;
     int nt = tq_cpu_nt(be);
     int par = (double)m * cw > TQ_PAR_MIN;
 #pragma omp parallel for num_threads(nt) schedule(static) if (par)
     for (size_t rb = 0; rb < nrb; rb++) {
-        size_t r0 = rb * ROW_BLK, r1 = r0 + ROW_BLK < m ? r0 + ROW_BLK : m;
-        norm_block(dt, r0, r1, ld, c0, cw, y, x, res, mu, is, g, b, relu);
+        size_t r0 = rb * blk, r1 = r0 + blk < fm ? r0 + blk : fm;
+        norm_block(dt, r0, r1, fld, c0, fcw, y, x, res, pmu, pis, pg, pb, relu);
     }
+    if (fm * rep < m)   /* the rows left over, unfolded */
+        norm_block(dt, fm * rep, m, ld, c0, cw, y, x, res, mu, is, g, b, relu);
 }
 
 static void load_affine(const float *gamma, const float *beta, size_t c0, int cw, float *g,
@@ -302,9 +351,14 @@ static void bn_dx_block(tq_dtype dt, size_t r0, size_t r1, size_t ld, size_t c0,
                         float beta_dx, const void *dy, const void *x, const void *ry, void *dres,
                         float beta_res, const float *mu, const float *is, const float *g,
                         const float *sdb, const float *sdg, float inv_m) {
-#define BN_DX(ACC, MASK, RES)                                                                 \
-    TQ_DT_CALL(dt, bn_dx_rows, ACC, MASK, RES, r0, r1, ld, c0, cw, dx, beta_dx, dy, x, ry, dres, \
+#define BN_DX_W(ACC, MASK, RES, W)                                                           \
+    TQ_DT_CALL(dt, bn_dx_rows, ACC, MASK, RES, r0, r1, ld, c0, W, dx, beta_dx, dy, x, ry, dres, \
                beta_res, mu, is, g, sdb, sdg, inv_m)
+#define BN_DX(ACC, MASK, RES)                                                                 \
+    do {                                                                                      \
+        if (cw == FOLD_MIN) BN_DX_W(ACC, MASK, RES, FOLD_MIN);   /* as in norm_block */        \
+        else BN_DX_W(ACC, MASK, RES, cw);                                                     \
+    } while (0)
     int acc = beta_dx != 0.0f, res = !dres ? 0 : beta_res != 0.0f ? 2 : 1;
     if (!ry) {
         if (acc) BN_DX(1, 0, 0); else BN_DX(0, 0, 0);
@@ -314,6 +368,7 @@ static void bn_dx_block(tq_dtype dt, size_t r0, size_t r1, size_t ld, size_t c0,
         if (res == 0) BN_DX(0, 1, 0); else if (res == 1) BN_DX(0, 1, 1); else BN_DX(0, 1, 2);
     }
 #undef BN_DX
+#undef BN_DX_W
 }
 
 int tq_cpu_bn_bwd(tq_backend *be, tq_shape s, tq_dtype dt, void *dx, float beta_dx,
@@ -346,14 +401,24 @@ int tq_cpu_bn_bwd(tq_backend *be, tq_shape s, tq_dtype dt, void *dx, float beta_
         }
         load_affine(gamma, NULL, c0, cw, g, unused);
         if (dx) {
-            size_t nrb = (m + ROW_BLK - 1) / ROW_BLK;
+            int rep = fold_rep(C, cw, m);
+            float fmu[FOLD_MIN], fis[FOLD_MIN], fg[FOLD_MIN], fsb[FOLD_MIN], fsg[FOLD_MIN];
+            const float *pmu = fold_param(fmu, mu, cw, rep), *pis = fold_param(fis, is, cw, rep),
+                        *pg = fold_param(fg, g, cw, rep), *psb = fold_param(fsb, sdb, cw, rep),
+                        *psg = fold_param(fsg, sdg, cw, rep);
+            size_t fm = m / rep, fld = C * (size_t)rep, blk = ROW_BLK / rep ? ROW_BLK / rep : 1;
+            int fcw = cw * rep;
+            size_t nrb = (fm + blk - 1) / blk;
             int par = (double)m * cw > TQ_PAR_MIN;
 #pragma omp parallel for num_threads(nt) schedule(static) if (par)
             for (size_t rb = 0; rb < nrb; rb++) {
-                size_t r0 = rb * ROW_BLK, r1 = r0 + ROW_BLK < m ? r0 + ROW_BLK : m;
-                bn_dx_block(dt, r0, r1, C, c0, cw, dx, beta_dx, dy, x, relu_y, dres, beta_dres, mu,
-                            is, g, sdb, sdg, inv_m);
+                size_t r0 = rb * blk, r1 = r0 + blk < fm ? r0 + blk : fm;
+                bn_dx_block(dt, r0, r1, fld, c0, fcw, dx, beta_dx, dy, x, relu_y, dres, beta_dres,
+                            pmu, pis, pg, psb, psg, inv_m);
             }
+            if (fm * rep < m)   /* the rows left over, unfolded */
+                bn_dx_block(dt, fm * rep, m, C, c0, cw, dx, beta_dx, dy, x, relu_y, dres, beta_dres,
+                            mu, is, g, sdb, sdg, inv_m);
         }
         for (int j = 0; j < cw; j++) {
             if (dgamma) dgamma[c0 + j] += sdg[j];

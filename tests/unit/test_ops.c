@@ -628,6 +628,9 @@ static void test_bn(void **state) {
     run_bn_case((tq_shape){ 2, 3, 4, 5 }, 0.0, 1);
     run_bn_case((tq_shape){ 3, 1, 1, 7 }, 2.0, 1);            /* after a linear layer */
     run_bn_case((tq_shape){ 2, 2, 2, 300 }, 0.5, 1);          /* more than one channel group */
+    /* few channels: rows folded 4 and 1 at a time into 64-element rows, 3 rows left over */
+    run_bn_case((tq_shape){ 3, 3, 3, 16 }, 1.0, 1);
+    run_bn_case((tq_shape){ 2, 3, 3, 64 }, 0.0, 1);
 }
 
 /* M ~ 10^5 with a large mean: the statistics must not lose precision */
