@@ -9,6 +9,8 @@
 #include <setjmp.h>
 #include <stdint.h>
 #include <cmocka.h>
+
+#include "tmpdir.h"
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -55,8 +57,8 @@ static int train(const char *json, const char *dir, int resume, tq_summary *sum,
 }
 
 static char *tmpdir(void) {
-    char *t = strdup("/tmp/tq_ckpt_XXXXXX");
-    assert_non_null(mkdtemp(t));
+    char *t = tq_tmpdir("tq_ckpt");
+    assert_non_null(t);
     return t;
 }
 

@@ -19,6 +19,8 @@
 #include <setjmp.h>
 #include <stdint.h>
 #include <cmocka.h>
+
+#include "tmpdir.h"
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -267,8 +269,8 @@ static int run(const char *json, const char *out, recs *r, tq_summary *sum, int 
 }
 
 static char *tmpdir(void) {
-    char *t = strdup("/tmp/tq_devstep_XXXXXX");
-    assert_non_null(mkdtemp(t));
+    char *t = tq_tmpdir("tq_devstep");
+    assert_non_null(t);
     return t;
 }
 

@@ -7,6 +7,8 @@
 #include <setjmp.h>
 #include <stdint.h>
 #include <cmocka.h>
+
+#include "tmpdir.h"
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -38,8 +40,8 @@ static int run(const char *json, const char *out, recs *r, tq_summary *sum) {
 }
 
 static char *tmpdir(void) {
-    char *t = strdup("/tmp/tq_engine_XXXXXX");
-    assert_non_null(mkdtemp(t));
+    char *t = tq_tmpdir("tq_engine");
+    assert_non_null(t);
     return t;
 }
 
