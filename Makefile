@@ -86,6 +86,16 @@ MAIN_OBJ := $(MAIN_SRC:%.c=$(BUILD)/obj/%.o)
 TESTS    := $(TEST_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 LIB      := $(BUILD)/libtrainq.a
 
+# Objects remember how they were built: $(BUILD)/config holds the CUDA setting and EXTRA_CFLAGS,
+# is rewritten when make runs with other ones, and every object depends on it. So `make CUDA=0`
+# and then `make test` in the same BUILD rebuild the objects instead of linking
+# kernels/nocuda.o among the CUDA ones (undefined references to the CUDA backend).
+BUILD_CONFIG := CUDA=$(CUDA) EXTRA_CFLAGS=$(EXTRA_CFLAGS)
+ifneq ($(file <$(BUILD)/config),$(BUILD_CONFIG))
+  $(shell mkdir -p $(BUILD))
+  $(file >$(BUILD)/config,$(BUILD_CONFIG))
+endif
+
 # ---- the dashboard (api/web/, served by api/web.c) ------------------------------------------
 # scripts/embed-web compiles api/web/ and Debian's Chart.js (libjs-chart.js) into one C file;
 # without that package the build still works and the page says why it draws no charts. It runs
@@ -98,7 +108,7 @@ WEB_CHART := $(if $(CHARTJS),--file /assets/chart.min.js=$(CHARTJS),\
 $(BUILD)/gen/web_assets.c: web-assets-check
 	@mkdir -p $(dir $@)
 	@$(PYTHON) scripts/embed-web $@ api/web $(WEB_CHART)
-$(BUILD)/gen/web_assets.o: $(BUILD)/gen/web_assets.c api/internal.h
+$(BUILD)/gen/web_assets.o: $(BUILD)/gen/web_assets.c api/internal.h $(BUILD)/config
 	$(CC) $(CFLAGS) -c $< -o $@
 LIB_OBJ  += $(BUILD)/gen/web_assets.o
 # ---- end of the dashboard -------------------------------------------------------------------
@@ -109,11 +119,11 @@ all: $(BUILD)/trainq $(BUILD)/gpu_ops
 deps:
 	@scripts/install-deps
 
-$(BUILD)/obj/%.o: %.c
+$(BUILD)/obj/%.o: %.c $(BUILD)/config
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -MMD -MP -c $< -o $@
 
-$(BUILD)/obj/%.o: %.cu
+$(BUILD)/obj/%.o: %.cu $(BUILD)/config
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) -MMD -MP -c $< -o $@
 
@@ -128,7 +138,7 @@ $(BUILD)/trainq: $(MAIN_OBJ) $(LIB)
 $(BUILD)/gpu_ops: tests/gpu/gpu_ops.c $(LIB)
 	$(CC) $(CFLAGS) -o $@ $< $(LIB) $(LDLIBS)
 
-$(BUILD)/tests/%: tests/unit/%.c $(LIB)
+$(BUILD)/tests/%: tests/unit/%.c $(wildcard tests/unit/*.h) $(LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -Itests/unit -o $@ $< $(LIB) $(LDLIBS) -lcmocka
 
