@@ -132,8 +132,12 @@ def test_killed_worker_in_words_then_requeue(make_daemon):
     # steps past the last checkpoint were recorded; the resume recomputes them, recording none twice
     recorded = d.query("select max(step) as m from steps where job_id = ?", (jid,))[0]["m"]
     assert recorded >= 25
-    assert requeue(d, jid).status == 200
-    j = d.wait_state(jid, {"succeeded", "failed", "cancelled"}, timeout=180)
+    # the client's requeue --wait: requeued, then followed to its end, exit 0 as it succeeded
+    r = cli("requeue", jid, "--wait", "--server", "http://127.0.0.1:%d" % d.port, timeout=180)
+    assert r.returncode == 0, r
+    assert "job %d requeued: it resumes after step" % jid in r.stdout, r
+    assert "job %d succeeded: 150 steps" % jid in r.stderr, r
+    j = d.job(jid)
     assert j["state"] == "succeeded", j
     each_step_once(d, jid, 150)
     ev = [e for e in state_events(d, jid) if "requeued" in e]
