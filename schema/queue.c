@@ -10,7 +10,7 @@
 
 /* statement slots of tq__stmt */
 enum {
-    Q_FIND_SUB, Q_INSERT, Q_CLAIM, Q_GET, Q_LIST_ALL, Q_LIST_STATE, Q_POS, Q_COUNTS, Q_STEPS,
+    Q_FIND_SUB, Q_INSERT, Q_GET, Q_LIST_ALL, Q_LIST_STATE, Q_POS, Q_COUNTS, Q_STEPS,
     Q_EVALS, Q_STATE, Q_CANCEL_QUEUED, Q_CANCEL_RUNNING, Q_CANCEL_FLAG, Q_DELETE, Q_PROGRESS,
     Q_CKPT, Q_FINISH, Q_REQUEUE, Q_RECOVER_FAIL, Q_RECOVER_QUEUE, Q_EVENT, Q_EVENT_STATE,
     Q_EVENTS, Q_RECOVER_LIST, Q_BEGIN_READ, Q_END_READ, Q_EXISTS, Q_TOMBSTONE, Q_QUEUED,
@@ -355,34 +355,6 @@ int tq_queue_submit_as(tq_store *s, const char *name, const char *spec_json, int
     if (tq__commit(s)) return TQ_STORE_ERR;
     *id = rowid;
     return TQ_STORE_OK;
-fail:
-    tq__rollback(s);
-    return TQ_STORE_ERR;
-}
-
-int tq_queue_claim(tq_store *s, const char *device, int64_t *id, tq_job *job) {
-    s->err[0] = 0;
-    if (tq__begin(s)) return TQ_STORE_ERR;
-    sqlite3_stmt *st;
-    if (tq__stmt(s, Q_CLAIM,
-                 "UPDATE jobs SET " CLAIM_SET("?1", "?2") " "
-                 "WHERE id = (SELECT id FROM jobs WHERE state = 'queued' "
-                 "ORDER BY priority DESC, id LIMIT 1) RETURNING id", &st))
-        goto fail;
-    sqlite3_bind_int64(st, 1, tq__now_ms());
-    if (device && device[0]) sqlite3_bind_text(st, 2, device, -1, SQLITE_TRANSIENT);
-    else sqlite3_bind_null(st, 2);
-    int rc = sqlite3_step(st);
-    int64_t got = rc == SQLITE_ROW ? sqlite3_column_int64(st, 0) : 0;
-    if (rc == SQLITE_ROW) rc = sqlite3_step(st);
-    sqlite3_reset(st);
-    if (rc != SQLITE_DONE) { tq__sql_err(s, "claim"); goto fail; }
-    if (!got) { tq__rollback(s); return 0; }
-    if (state_event(s, got)) goto fail;
-    if (tq__commit(s)) return TQ_STORE_ERR;
-    if (id) *id = got;
-    if (job && tq_queue_get(s, got, job) != 1) return TQ_STORE_ERR;
-    return 1;
 fail:
     tq__rollback(s);
     return TQ_STORE_ERR;

@@ -119,11 +119,6 @@ int tq_queue_submit_as(tq_store *, const char *name, const char *spec_json, int 
 /* The id of the job holding submission_id: > 0, or 0 for none. */
 int64_t tq_queue_find_submission(tq_store *, const char *submission_id);
 
-/* Claims the next queued job (priority DESC, id) for `device` in one UPDATE … RETURNING:
- * state 'running', started_at (first start kept), attempts + 1, cancel_requested 0.
- * Returns 1 and fills *job (may be NULL: then only *id), 0 when the queue is empty. */
-int tq_queue_claim(tq_store *, const char *device, int64_t *id, tq_job *job);
-
 /* Claims the queued job `id` for `device` (the scheduler chose it): state 'running', device,
  * threads (≤ 0: NULL), started_at (first start kept), attempts + 1, cancel_requested 0.
  * 1 claimed, 0 when the job is no longer queued (cancelled or deleted meanwhile). */
