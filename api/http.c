@@ -771,6 +771,30 @@ static void api_free(tq_api *a) {
     free(a);
 }
 
+/* One libmicrohttpd daemon, on addr (TCP) or the listening socket fd (the unix socket): the
+ * two share every other option — a pool of `threads` threads (0: 4), at most `limit`
+ * connections, the idle timeout, 128 KiB a connection, our callbacks. */
+static struct MHD_Daemon *start_mhd(tq_api *a, unsigned flags, uint16_t port,
+                                    const struct sockaddr *addr, int fd, unsigned threads,
+                                    unsigned limit) {
+    struct MHD_OptionItem common[] = {
+        { MHD_OPTION_EXTERNAL_LOGGER, (intptr_t)mhd_log, NULL },
+        { MHD_OPTION_THREAD_POOL_SIZE, threads ? threads : 4, NULL },
+        { MHD_OPTION_CONNECTION_LIMIT, limit, NULL },
+        { MHD_OPTION_CONNECTION_TIMEOUT, TQ_IDLE_TIMEOUT_S, NULL },
+        { MHD_OPTION_CONNECTION_MEMORY_LIMIT, 128 * 1024, NULL },
+        { MHD_OPTION_NOTIFY_COMPLETED, (intptr_t)completed_cb, a },
+        { MHD_OPTION_NOTIFY_CONNECTION, (intptr_t)conn_notify, a },
+        { MHD_OPTION_URI_LOG_CALLBACK, (intptr_t)uri_cb, a },
+        { MHD_OPTION_END, 0, NULL },
+    };
+    if (addr)
+        return MHD_start_daemon(flags, port, accept_cb, a, access_cb, a, MHD_OPTION_SOCK_ADDR, addr,
+                                MHD_OPTION_ARRAY, common, MHD_OPTION_END);
+    return MHD_start_daemon(flags, 0, accept_cb, a, access_cb, a, MHD_OPTION_LISTEN_SOCKET, fd,
+                            MHD_OPTION_ARRAY, common, MHD_OPTION_END);
+}
+
 /* The unix socket: every local user may connect (mode 0666), and SO_PEERCRED tells who did
  * (peer.h). A stale socket file from a daemon that died is replaced; any other file at the path
  * is not touched. Served by a second libmicrohttpd daemon on the same handlers. 0 ok. */
@@ -795,18 +819,8 @@ static int listen_unix(tq_api *a, const char *path, unsigned threads, unsigned l
         if (fd >= 0) close(fd);
         return -1;
     }
-    a->mhd_unix = MHD_start_daemon(poll_flags() | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG,
-                                   0, accept_cb, a, access_cb, a,
-                                   MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL,
-                                   MHD_OPTION_LISTEN_SOCKET, fd,
-                                   MHD_OPTION_THREAD_POOL_SIZE, (unsigned)(threads ? threads : 4),
-                                   MHD_OPTION_CONNECTION_LIMIT, limit,
-                                   MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)TQ_IDLE_TIMEOUT_S,
-                                   MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(128 * 1024),
-                                   MHD_OPTION_NOTIFY_COMPLETED, completed_cb, a,
-                                   MHD_OPTION_NOTIFY_CONNECTION, conn_notify, a,
-                                   MHD_OPTION_URI_LOG_CALLBACK, uri_cb, a,
-                                   MHD_OPTION_END);
+    a->mhd_unix = start_mhd(a, poll_flags() | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG, 0, NULL,
+                            fd, threads, limit);
     if (!a->mhd_unix) {
         snprintf(err, errlen, "--socket %s: libmicrohttpd refused to serve it", path);
         close(fd);
@@ -871,17 +885,7 @@ tq_api *tq_api_start(const tq_api_config *cfg, char *err, size_t errlen) {
     fd_budget(&tcp_limit, &unix_limit);
     unsigned flags = poll_flags() | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG;
     if (ai->ai_family == AF_INET6) flags |= MHD_USE_IPv6;
-    a->mhd = MHD_start_daemon(flags, cfg->port, accept_cb, a, access_cb, a,
-                              MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL,
-                              MHD_OPTION_SOCK_ADDR, ai->ai_addr,
-                              MHD_OPTION_THREAD_POOL_SIZE, (unsigned)(cfg->threads ? cfg->threads : 4),
-                              MHD_OPTION_CONNECTION_LIMIT, tcp_limit,
-                              MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)TQ_IDLE_TIMEOUT_S,
-                              MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(128 * 1024),
-                              MHD_OPTION_NOTIFY_COMPLETED, completed_cb, a,
-                              MHD_OPTION_NOTIFY_CONNECTION, conn_notify, a,
-                              MHD_OPTION_URI_LOG_CALLBACK, uri_cb, a,
-                              MHD_OPTION_END);
+    a->mhd = start_mhd(a, flags, cfg->port, ai->ai_addr, -1, cfg->threads, tcp_limit);
     freeaddrinfo(ai);
     if (!a->mhd) {
         snprintf(err, errlen, "cannot listen on %s:%u (%s)", h, cfg->port,
