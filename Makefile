@@ -7,6 +7,8 @@
 #   make CUDA_ARCH=sm_90   build machine code for one GPU only (fast local builds)
 
 CC      ?= cc
+# `make` alone builds `all`, whatever rule comes first below (the dashboard's generated file did)
+.DEFAULT_GOAL := all
 # ---- SANITIZE=1: AddressSanitizer + UBSan build (own dir, CPU only) -------------------------
 #   make SANITIZE=1 unit        unit tests under ASan/UBSan in build-san/
 #   TRAINQ_BIN=$$PWD/build-san/trainq pytest tests/integration   the daemon under ASan/UBSan
