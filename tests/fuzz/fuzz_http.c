@@ -102,7 +102,23 @@ static int exchange(const uint8_t *data, size_t size, int wait_ms, answer *ans,
     FUZZ_CHECK(s >= 0);
     struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons(port),
                               .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
-    FUZZ_CHECK(connect(s, (struct sockaddr *)&sa, sizeof sa) == 0);
+    /* The client's own limits are not the daemon's fault: a signal, or no free local port (each
+     * exchange leaves a TIME_WAIT socket here for 60 s, and this harness makes hundreds a second)
+     * gets a retry; a refusal means the daemon stopped listening, and fails. */
+    for (int tries = 0;; tries++) {
+        if (connect(s, (struct sockaddr *)&sa, sizeof sa) == 0) break;
+        int e = errno;
+        if ((e == EINTR || e == EADDRNOTAVAIL || e == EAGAIN) && tries < 200) {
+            close(s);   /* a fresh socket: an interrupted connect goes on in the background */
+            struct timespec ts = { 0, 10 * 1000000L };
+            nanosleep(&ts, NULL);
+            s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+            FUZZ_CHECK(s >= 0);
+            continue;
+        }
+        fprintf(stderr, "fuzz_http: connect to 127.0.0.1:%u: %s (try %d)\n", port, strerror(e), tries + 1);
+        abort();
+    }
     int one = 1;
     setsockopt(s, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     size_t off = 0;
