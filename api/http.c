@@ -922,8 +922,7 @@ void tq_api_stop(tq_api *a) {
      * epoll set", about one stop in 75 in the tests). */
     a->closing = 1;
     __atomic_thread_fence(__ATOMIC_SEQ_CST);
-    tq_sse_stop(a);               /* resume and end every stream */
-    tq_log_follow_stop(a);        /* and every log follower */
+    tq_sse_stop(a);               /* resume and end every stream and log follower */
     if (a->reaper_started) {      /* before MHD_stop_daemon: every connection's record goes then */
         pthread_mutex_lock(&a->conn_mu);
         a->reaper_stop = 1;

@@ -28,9 +28,10 @@ struct tq_api {
     unsigned short port;
     size_t max_body;
     pthread_key_t store_key;     /* each pool thread's tq_store */
-    /* event streams */
+    /* event streams and log followers: suspended while idle, resumed by the ticker (sse.c) */
     pthread_mutex_t sse_mu;
     tq_sse *sse_list;
+    struct tq_follower *follow_list;   /* logfollow.c's (under sse_mu) */
     pthread_t ticker;
     int ticker_started;
     volatile int stopping;
@@ -113,10 +114,10 @@ enum MHD_Result tq_h_requeue(tq_ctx *);
 enum MHD_Result tq_h_model(tq_ctx *);
 enum MHD_Result tq_h_log(tq_ctx *);
 enum MHD_Result tq_h_users(tq_ctx *);
-/* logfollow.c: ?follow=1 of the log; tq_log_follow_stop ends an API's followers (before
- * MHD_stop_daemon) */
+/* logfollow.c: ?follow=1 of the log. tq_log_follow_resume resumes the API's suspended
+ * followers (sse.c's ticker, with sse_mu held); once `stopping` is set each then ends. */
 enum MHD_Result tq_log_follow(tq_ctx *, const char *path);
-void tq_log_follow_stop(tq_api *);
+void tq_log_follow_resume(tq_api *);
 enum MHD_Result tq_h_devices(tq_ctx *);
 enum MHD_Result tq_h_health(tq_ctx *);
 enum MHD_Result tq_h_metrics(tq_ctx *);
@@ -138,7 +139,7 @@ enum MHD_Result tq_h_web_asset(tq_ctx *);
 
 /* sse.c */
 enum MHD_Result tq_h_events(tq_ctx *);
-int tq_sse_start(tq_api *);         /* the ticker that resumes suspended streams */
-void tq_sse_stop(tq_api *);         /* ends every stream (before MHD_stop_daemon) */
+int tq_sse_start(tq_api *);         /* the ticker that resumes suspended streams and followers */
+void tq_sse_stop(tq_api *);         /* ends every stream and follower (before MHD_stop_daemon) */
 void tq_sse_free(tq_api *, tq_sse *);   /* from the completed callback */
 #endif

@@ -2,10 +2,9 @@
  *
  * Like the event streams (sse.c): a response of unknown size whose reader sends what the file
  * has past the last offset; at the end of the file it checks the job's state (at most every
- * CHECK_MS) and, while the job runs, suspends the connection. A ticker thread resumes every
- * suspended follower each TICK_MS, so no pool thread sleeps or spins. The follower list is the
- * process's (one API per daemon); each entry knows its API, and tq_log_follow_stop ends those of
- * an API that stops. */
+ * CHECK_MS) and, while the job runs, suspends the connection. The API's followers are a list
+ * beside its streams, under the same lock, and the streams' ticker resumes both every tick, so
+ * no pool thread sleeps or spins; when the API stops, its last resume ends them. */
 #include "internal.h"
 
 #include <errno.h>
@@ -17,11 +16,10 @@
 #include <stdio.h>
 #include <sys/stat.h>
 
-#define TICK_MS 250
 #define CHECK_MS 500
 
-typedef struct follower {
-    struct follower *next;
+typedef struct tq_follower {
+    struct tq_follower *next;
     tq_api *api;
     struct MHD_Connection *conn;
     int fd;
@@ -30,32 +28,10 @@ typedef struct follower {
     double checked_ms;
 } follower;
 
-static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
-static follower *list;
-static pthread_once_t ticker_once = PTHREAD_ONCE_INIT;
-
 static double mono_ms(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
-
-static void *ticker(void *arg) {
-    (void)arg;
-    for (;;) {
-        struct timespec ts = { 0, TICK_MS * 1000000L };
-        nanosleep(&ts, NULL);
-        pthread_mutex_lock(&mu);
-        for (follower *f = list; f; f = f->next)
-            if (f->suspended) { f->suspended = 0; MHD_resume_connection(f->conn); }
-        pthread_mutex_unlock(&mu);
-    }
-    return NULL;
-}
-
-static void start_ticker(void) {
-    pthread_t t;
-    if (pthread_create(&t, NULL, ticker, NULL) == 0) pthread_detach(t);
 }
 
 /* 1 while the job is queued or running (or cannot be read: keep following) */
@@ -87,20 +63,23 @@ static ssize_t reader(void *cls, uint64_t pos, char *out, size_t max) {
             if (!job_live(f)) f->ended = 1;   /* one more read for the last lines, then the end */
         }
     }
-    pthread_mutex_lock(&mu);
-    if (f->api->stopping) { pthread_mutex_unlock(&mu); return MHD_CONTENT_READER_END_OF_STREAM; }
+    pthread_mutex_lock(&f->api->sse_mu);
+    if (f->api->stopping) {
+        pthread_mutex_unlock(&f->api->sse_mu);
+        return MHD_CONTENT_READER_END_OF_STREAM;
+    }
     MHD_suspend_connection(f->conn);
     f->suspended = 1;
-    pthread_mutex_unlock(&mu);
+    pthread_mutex_unlock(&f->api->sse_mu);
     return 0;
 }
 
 static void release(void *cls) {
     follower *f = cls;
-    pthread_mutex_lock(&mu);
-    for (follower **pp = &list; *pp; pp = &(*pp)->next)
+    pthread_mutex_lock(&f->api->sse_mu);
+    for (follower **pp = &f->api->follow_list; *pp; pp = &(*pp)->next)
         if (*pp == f) { *pp = f->next; break; }
-    pthread_mutex_unlock(&mu);
+    pthread_mutex_unlock(&f->api->sse_mu);
     close(f->fd);
     free(f);
 }
@@ -125,25 +104,22 @@ enum MHD_Result tq_log_follow(tq_ctx *c, const char *path) {
     f->conn = c->conn;
     f->fd = fd;
     f->job = c->id;
-    pthread_once(&ticker_once, start_ticker);
     struct MHD_Response *r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024, reader, f, release);
     if (!r) { close(fd); free(f); return MHD_NO; }
     MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "text/plain; charset=utf-8");
     MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
     MHD_add_response_header(r, "X-Content-Type-Options", "nosniff");
     MHD_add_response_header(r, "X-Accel-Buffering", "no");
-    pthread_mutex_lock(&mu);
-    f->next = list;
-    list = f;
-    pthread_mutex_unlock(&mu);
+    pthread_mutex_lock(&c->api->sse_mu);
+    f->next = c->api->follow_list;
+    c->api->follow_list = f;
+    pthread_mutex_unlock(&c->api->sse_mu);
     enum MHD_Result ret = MHD_queue_response(c->conn, MHD_HTTP_OK, r);
     MHD_destroy_response(r);
     return ret;
 }
 
-void tq_log_follow_stop(tq_api *a) {
-    pthread_mutex_lock(&mu);
-    for (follower *f = list; f; f = f->next)
-        if (f->api == a && f->suspended) { f->suspended = 0; MHD_resume_connection(f->conn); }
-    pthread_mutex_unlock(&mu);
+void tq_log_follow_resume(tq_api *a) {
+    for (follower *f = a->follow_list; f; f = f->next)
+        if (f->suspended) { f->suspended = 0; MHD_resume_connection(f->conn); }
 }

@@ -296,6 +296,7 @@ static void resume_all(tq_api *a) {
     pthread_mutex_lock(&a->sse_mu);
     for (tq_sse *s = a->sse_list; s; s = s->next)
         if (s->suspended) { s->suspended = 0; MHD_resume_connection(s->conn); }
+    tq_log_follow_resume(a);
     pthread_mutex_unlock(&a->sse_mu);
 }
 

@@ -56,6 +56,40 @@ def test_log_of_a_job_and_following_it(make_daemon, tmp_path):
     assert d.request("GET", "/v1/jobs/999/log").status == 404
 
 
+
+def test_follow_ends_when_the_daemon_stops(make_daemon):
+    """A follower is a suspended connection most of the time: SIGTERM must resume and end it
+    (its answer completes) and the daemon must exit 0, promptly, not wait on the reader."""
+    import threading
+    d = make_daemon()
+    jid = d.submit(long_job(name="followed"))["id"]
+    d.wait_state(jid, "running", timeout=60)
+    conn = http.client.HTTPConnection("127.0.0.1", d.port, timeout=60)
+    conn.request("GET", "/v1/jobs/%d/log?follow=1" % jid, headers={"Host": "127.0.0.1"})
+    resp = conn.getresponse()
+    assert resp.status == 200
+    got = {}
+
+    def read_all():
+        try:
+            got["body"] = resp.read().decode()
+        except Exception as e:   # noqa: BLE001 — the test says which
+            got["error"] = repr(e)
+    reader = threading.Thread(target=read_all, daemon=True)
+    reader.start()
+    time.sleep(1.0)                      # the follower reaches the end of the file and suspends
+    assert reader.is_alive(), got
+    t0 = time.monotonic()
+    rc = d.stop(timeout=60)
+    reader.join(timeout=30)
+    conn.close()
+    assert rc == 0, d.log_tail()
+    assert not reader.is_alive(), "the follow answer did not end when the daemon stopped"
+    assert "body" in got, got            # ended as a complete chunked answer, not a reset
+    assert "job %d starts on cpu" % jid in got["body"], got["body"][-2000:]
+    assert time.monotonic() - t0 < 30
+
+
 # ---------------------------------------------------------------- a dataset that breaks
 def idx_dataset(path, n_train=64, n_test=16):
     """A small data_dir in Fashion-MNIST's layout (train-/t10k-, images-idx3/labels-idx1, plain
