@@ -74,6 +74,32 @@ def test_render_rewrites_the_section_from_the_json(native, tmp_path):
     assert new[new.index(b):new.index(e)] == md[md.index(b):md.index(e)]
 
 
+
+def test_machine_keeps_its_own_section(native, tmp_path):
+    """--machine NAME: a second machine's section and JSON sit beside the first machine's, which
+    stay as they are; a name that cannot name a file is refused before anything runs."""
+    out, r = native
+    data = json.loads((out / "bench-cpu.json").read_text())
+    assert data["meta"]["machine"] is None
+    data["meta"]["machine"] = "zen4"
+    (tmp_path / "bench-cpu-zen4.json").write_text(json.dumps(data))
+    b, e = "<!-- bench/cpu:begin -->", "<!-- bench/cpu:end -->"
+    page = "## CPU training throughput, trainq vs PyTorch (`bench/cpu`)\n\n" + b + "\nthe first machine\n" + e + "\n"
+    (tmp_path / "benchmarks.md").write_text(page, encoding="utf-8")
+    rr = subprocess.run([sys.executable, str(BENCH), "--render", str(tmp_path / "bench-cpu-zen4.json"),
+                         "--out", str(tmp_path)], stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60)
+    assert rr.returncode == 0, rr.stderr
+    new = (tmp_path / "benchmarks.md").read_text(encoding="utf-8")
+    assert new[new.index(b):new.index(e)] == b + "\nthe first machine\n"
+    zb, ze = "<!-- bench/cpu-zen4:begin -->", "<!-- bench/cpu-zen4:end -->"
+    assert new.count(zb) == 1 and new.index(e) < new.index(zb) < new.index(ze)
+    md = (out / "benchmarks.md").read_text(encoding="utf-8")
+    assert new[new.index(zb) + len(zb):new.index(ze)] == md[md.index(b) + len(b):md.index(e)]
+    for bad in ("Zen4", "../x", "", "a" * 33):
+        rb = subprocess.run([sys.executable, str(BENCH), "--machine", bad, "--out", str(tmp_path)],
+                            stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60)
+        assert rb.returncode == 2 and "--machine" in rb.stderr, (bad, rb.stderr)
+
 def test_every_cell_measured_in_every_round(native):
     out, _ = native
     data = json.loads((out / "bench-cpu.json").read_text())
