@@ -1,0 +1,111 @@
+"""The GPU benchmark's PyTorch peer (bench/gpu_torch.py) and gpu-check's torch.compile report,
+without a GPU: the peer's loop on the CPU (--device cpu) gives well-formed records for eager
+and, where the running torch has torch.compile (a bench/.venv), for a compiled model, or says
+"unavailable" (Debian's 1.13) and exits 0; gpu-check --render turns a saved run's compile
+stage into its table and target lines. Never a speed."""
+import importlib.machinery
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+PEER = REPO / "bench" / "gpu_torch.py"
+GPU_CHECK = REPO / "scripts" / "gpu-check"
+
+
+def peer(*args):
+    r = subprocess.run([sys.executable, str(PEER), "--device", "cpu", "--model", "cnn", "--shape", "8,8,1",
+                        "--steps", "2", "--warmup", "1"] + list(args),
+                       stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return [json.loads(l) for l in r.stdout.splitlines() if l.startswith("{")]
+
+
+def test_eager_records():
+    torch = pytest.importorskip("torch")
+    rows = peer("--cells", "4:off:1,4:bf16:2")
+    assert [(r["batch"], r["amp"], r["accum"], r["compile"]) for r in rows] == [(4, "off", 1, "none"),
+                                                                              (4, "bf16", 2, "none")]
+    for r in rows:
+        assert r["device"] == "cpu" and r["torch"] == torch.__version__
+        assert r["samples_per_s"] > 0 and r["step_ms_median"] > 0 and r["peak_memory_bytes"] is None
+        assert r["compile_s"] is None and r["final_loss"] == r["final_loss"]   # not NaN
+        flops = r["train_flops_per_sample"]
+        try:
+            import torch.utils.flop_counter  # noqa: F401 (PyTorch 2.1 and later)
+        except ImportError:
+            assert flops is None
+            continue
+        # cnn on 1x8x8, multiply-adds of the forward: conv1 8*8*32*9 = 18,432, conv2 (after a
+        # 2x2 pool) 4*4*64*32*9 = 294,912, fc1 256*128 = 32,768, fc2 128*10 = 1,280: 347,392,
+        # 694,784 FLOPs. The backward twice that, less conv1's input gradient (the input needs
+        # none): 3 * 694,784 - 2 * 18,432 = 2,047,488.
+        assert flops == 2047488, flops
+
+
+def test_compile_mode_or_unavailable():
+    torch = pytest.importorskip("torch")
+    rows = peer("--cells", "4:off:1", "--compile", "default", "--no-flops", "--warmup", "2")
+    assert len(rows) == 1 and rows[0]["compile"] == "default"
+    if hasattr(torch, "compile"):
+        assert rows[0]["samples_per_s"] > 0 and rows[0]["compile_s"] >= 0
+    else:
+        assert "torch.compile does not exist" in rows[0]["unavailable"] and "samples_per_s" not in rows[0]
+
+
+def test_bad_arguments_exit_2():
+    pytest.importorskip("torch")
+    for bad in (["--compile", "fast"], ["--device", "tpu"], ["--steps", "0"]):
+        r = subprocess.run([sys.executable, str(PEER)] + bad, stdin=subprocess.DEVNULL, capture_output=True,
+                           text=True, timeout=120)
+        assert r.returncode == 2, (bad, r.stderr)
+
+
+def load_gpu_check():
+    loader = importlib.machinery.SourceFileLoader("gpu_check", str(GPU_CHECK))
+    spec = importlib.util.spec_from_loader("gpu_check", loader)
+    mod = importlib.util.module_from_spec(spec)
+    loader.exec_module(mod)
+    return mod
+
+
+def test_compile_targets_and_render(tmp_path):
+    gc = load_gpu_check()
+    assert gc.card_peak("NVIDIA H100 80GB HBM3")[:2] == (989.4, 494.7)
+    assert gc.card_peak("NVIDIA H100 PCIe")[0] == 756.0 and gc.card_peak("NVIDIA H200 NVL")[0] == 835.5
+    assert gc.card_peak("Tesla T4") is None
+    fp16 = {"batch": 128, "amp": "fp16", "steps": 40,
+            "trainq": {"state": "succeeded", "samples_per_s": 20000.0, "peak_memory_bytes": 2e9, "cuda_graphs": "captured"},
+            "peers": {"none": {"samples_per_s": 9000.0, "peak_memory_bytes": 3e9, "train_flops_per_sample": 7.8e9},
+                      "default": {"samples_per_s": 14000.0, "peak_memory_bytes": 2.4e9, "compile_s": 70.0},
+                      "max-autotune": {"samples_per_s": 16000.0, "peak_memory_bytes": 2.6e9, "compile_s": 300.0}}}
+    fp32 = {"batch": 128, "amp": "off", "steps": 40,
+            "trainq": {"state": "succeeded", "samples_per_s": 5000.0, "peak_memory_bytes": 4e9, "cuda_graphs": "captured"},
+            "peers": {"none": {"samples_per_s": 5200.0, "peak_memory_bytes": 5e9, "train_flops_per_sample": 7.8e9},
+                      "max-autotune": {"error": "timed out after 590 s (compiling, probably)"}}}
+    gc.compile_targets(fp16, "NVIDIA H100 80GB HBM3")
+    gc.compile_targets(fp32, "NVIDIA H100 80GB HBM3")
+    assert fp16["peers"]["max-autotune"]["ratio"] == pytest.approx(1.25)
+    assert fp16["peers"]["max-autotune"]["mem_ratio"] == pytest.approx(2e9 / 2.6e9)
+    assert fp16["trainq_share_of_peak"] == pytest.approx(20000 * 7.8e9 / 989.4e12)
+    assert fp16["targets"] == {"≥ 1.3× torch.compile max-autotune": False, "≤ 0.8× its peak memory": True,
+                               "≥ 15% of the fp16 tensor-core peak": True}
+    assert fp32["peak_tflops"] == 494.7 and fp32["targets"] == {"≥ 1.0× PyTorch eager (TF32 alike)": False}
+    saved = {"info": {"date": "2026-12-06 18:00 UTC", "gpu": "NVIDIA H100 80GB HBM3"}, "ops": {},
+             "compile": {"cells": [fp16, fp32], "card": "NVIDIA H100 80GB HBM3", "wall_s": 420.0}}
+    (tmp_path / "run.json").write_text(json.dumps(saved))
+    report = tmp_path / "gpu-check.md"
+    r = subprocess.run([sys.executable, str(GPU_CHECK), "--render", str(tmp_path / "run.json"), "--report", str(report)],
+                       stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    md = report.read_text()
+    assert "## torch.compile: resnet50 32×32, batch 128" in md
+    assert "| fp16 | torch.compile max-autotune | 16000 | 1.25× |" in md
+    assert "| fp32 | torch.compile max-autotune | timed out after 590 s (compiling, probably) |" in md
+    assert "- fp16, ≥ 1.3× torch.compile max-autotune: **not met**" in md
+    assert "- fp16, ≤ 0.8× its peak memory: met" in md
+    assert "7.80 GFLOP, torch.utils.flop_counter" in md and "H100 row of CARD_PEAKS" in md
