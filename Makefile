@@ -179,7 +179,8 @@ run: deps
 	      "try: curl --json @examples/default.json http://127.0.0.1:8470/v1/jobs)"
 	exec $(BUILD)/trainq serve --db var/trainq.db
 
-# the article's grid through the daemon, trainq next to PyTorch (~10 min on 2 cores):
+# the article's grid through the daemon, trainq next to PyTorch (~35 min on 2 cores with bench/.venv's
+# PyTorch 2.x, whose CPU fp16 is slow; ~10 min with Debian's 1.13):
 # rewrites docs/benchmarks.md's bench/run section, docs/img/bench-run-*.png, docs/bench-results.json
 bench: deps
 	$(MAKE) all
