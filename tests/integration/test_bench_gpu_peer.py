@@ -1,16 +1,20 @@
-"""The GPU benchmark's PyTorch peer (bench/gpu_torch.py) and gpu-check's torch.compile report,
+"""The GPU benchmark's PyTorch peer (bench/gpu_torch.py) and gpu-check's torch.compile stage,
 without a GPU: the peer's loop on the CPU (--device cpu) gives well-formed records for eager
 and, where the running torch has torch.compile (a bench/.venv), for a compiled model, or says
-"unavailable" (Debian's 1.13) and exits 0; gpu-check --render turns a saved run's compile
-stage into its table and target lines. Never a speed."""
+"unavailable" (Debian's 1.13) and exits 0; gpu-check --compile-only --compile-device cpu runs
+the stage's plumbing end to end with a tiny cnn; --render turns a saved run's compile stage
+into its table and target lines. Never a speed."""
 import importlib.machinery
 import importlib.util
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from test_daemon import TRAINQ
 
 REPO = Path(__file__).resolve().parents[2]
 PEER = REPO / "bench" / "gpu_torch.py"
@@ -103,9 +107,37 @@ def test_compile_targets_and_render(tmp_path):
                        stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
     md = report.read_text()
-    assert "## torch.compile: resnet50 32×32, batch 128" in md
+    assert "## torch.compile: resnet50 3×32×32, batch 128 (issue 18" in md
     assert "| fp16 | torch.compile max-autotune | 16000 | 1.25× |" in md
     assert "| fp32 | torch.compile max-autotune | timed out after 590 s (compiling, probably) |" in md
     assert "- fp16, ≥ 1.3× torch.compile max-autotune: **not met**" in md
     assert "- fp16, ≤ 0.8× its peak memory: met" in md
     assert "7.80 GFLOP, torch.utils.flop_counter" in md and "H100 row of CARD_PEAKS" in md
+
+
+def test_compile_stage_mechanics_on_the_cpu(tmp_path):
+    """The stage end to end with the python running the tests as the peer (PYTHON=): trainq's
+    two cells train, PyTorch's eager fp32 cell has numbers, every other peer cell has numbers
+    or says why not (no torch.compile in 1.13; no CPU fp16 autocast in 1.13), and the report
+    carries the section, marked as mechanics."""
+    pytest.importorskip("torch")
+    if not os.access(TRAINQ, os.X_OK):
+        pytest.skip("no trainq binary (make)")
+    report = tmp_path / "gpu-check.md"
+    env = dict(os.environ, PYTHON=sys.executable, TRAINQ_BIN=TRAINQ)
+    r = subprocess.run([sys.executable, str(GPU_CHECK), "--compile-only", "--compile-device", "cpu",
+                        "--bundle", str(tmp_path / "no-bundle"), "--report", str(report), "--budget", "240"],
+                       env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    data = json.loads((tmp_path / "gpu-check.json").read_text())
+    c = data["compile"]
+    assert c["model"] == "cnn" and c["device"] == "cpu" and [x["amp"] for x in c["cells"]] == ["fp16", "off"]
+    for cell in c["cells"]:
+        assert cell["trainq"]["state"] == "succeeded" and cell["trainq"]["samples_per_s"] > 0, cell["trainq"]
+        assert set(cell["peers"]) == {"none", "default", "max-autotune"}
+        for mode, p in cell["peers"].items():
+            assert p.get("samples_per_s", 0) > 0 or p.get("unavailable") or p.get("error"), (mode, p)
+    eager32 = c["cells"][1]["peers"]["none"]
+    assert eager32["samples_per_s"] > 0 and eager32["ratio"] > 0
+    md = report.read_text()
+    assert "## torch.compile: cnn 1×8×8, batch 8" in md and "the stage's mechanics, not a measurement" in md
