@@ -141,3 +141,5 @@ def test_compile_stage_mechanics_on_the_cpu(tmp_path):
     assert eager32["samples_per_s"] > 0 and eager32["ratio"] > 0
     md = report.read_text()
     assert "## torch.compile: cnn 1×8×8, batch 8" in md and "the stage's mechanics, not a measurement" in md
+    rows = [l for l in md.splitlines() if l.startswith("| fp16 |") or l.startswith("| fp32 |")]
+    assert len(rows) == 8 and all(l.count("|") - l.count("\\|") == 9 for l in rows), rows   # one line each
