@@ -70,8 +70,7 @@ def one(model_name, batch, amp, accum, steps, warmup, h, w, c, dev, compile_mode
             return rec
         run = torch.compile(model) if compile_mode == "default" else torch.compile(model, mode=compile_mode)
     dtype = DTYPES[amp]
-    scaler = torch.amp.GradScaler(dev.type, enabled=(amp == "fp16")) if hasattr(torch, "amp") and \
-        hasattr(torch.amp, "GradScaler") else torch.cuda.amp.GradScaler(enabled=(amp == "fp16" and cuda))
+    scaler = tq.grad_scaler(dev.type, enabled=(amp == "fp16"))
     xs = [torch.randn(batch, c, h, w, device=dev).to(memory_format=torch.channels_last) for _ in range(accum)]
     ys = [torch.randint(0, 10, (batch,), device=dev) for _ in range(accum)]
     times, warm = [], []

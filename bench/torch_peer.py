@@ -26,12 +26,11 @@ import sys
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-VENV = os.path.join(HERE, ".venv")
-if __name__ == "__main__" and os.environ.get("TQ_PEER_NO_REEXEC") != "1":
-    vpy = os.path.join(VENV, "bin", "python")
-    if os.access(vpy, os.X_OK) and os.path.realpath(sys.prefix) != os.path.realpath(VENV):
-        os.environ["TQ_PEER_NO_REEXEC"] = "1"
-        os.execv(vpy, [vpy, os.path.abspath(__file__)] + sys.argv[1:])
+sys.path.insert(0, HERE)
+import peer_venv  # noqa: E402
+
+if __name__ == "__main__":
+    peer_venv.reexec_in_venv(__file__)
 sys.path.insert(0, os.path.join(HERE, "..", "tests", "parity"))
 
 import torch  # noqa: E402
@@ -44,7 +43,7 @@ SGD = {"type": "sgd", "lr": 0.05, "momentum": 0.9, "nesterov": True, "weight_dec
 
 def torch_info():
     """What PyTorch this is and where it came from, and the ISA it dispatches to."""
-    venv = os.path.realpath(sys.prefix) == os.path.realpath(VENV)
+    venv = peer_venv.in_venv()
     cap = getattr(getattr(torch.backends, "cpu", None), "get_cpu_capability", None)
     onednn = blas = capv = None
     try:

@@ -436,6 +436,14 @@ def make_optimizer(model, opt_spec=None):
                              weight_decay=float(o["weight_decay"]))
 
 
+def grad_scaler(device_type, enabled=True, **kw):
+    """A GradScaler for device_type: torch.amp's where it exists (PyTorch 2.x: CUDA and the
+    CPU), else torch.cuda.amp's (1.13: CUDA only, disabled on any other device)."""
+    if hasattr(torch, "amp") and hasattr(torch.amp, "GradScaler"):
+        return torch.amp.GradScaler(device_type, enabled=enabled, **kw)
+    return torch.cuda.amp.GradScaler(enabled=enabled and device_type == "cuda", **kw)
+
+
 def micro_batch_indices(n, batch_size, accum_steps, step):
     """Sample ranges [(start, end), ...] of 0-based optimizer step `step`, shuffle off.
 
