@@ -38,6 +38,7 @@
  * it depends on be->threads.
  */
 #include <limits.h>
+#include <stdlib.h>
 #include <string.h>
 #include <cblas.h>
 #include <omp.h>
@@ -100,6 +101,7 @@ static int geom(tq_backend *be, const char *op, const tq_conv_desc *d, tq_dtype 
 }
 
 static size_t up16(size_t f) { return (f + 15) / 16 * 16; }
+static int wino_use(tq_backend *be, const tq_conv_desc *d, tq_dtype dt);
 
 /* bwd_data of a stride-1 convolution (pad <= R−1, S−1) is the forward convolution of dy with
  * the flipped, channel-transposed kernel W'[c][r][s][k] = W[k][R−1−r][S−1−s][c] and padding
@@ -180,6 +182,11 @@ static size_t conv_ws_impl(tq_backend *be, const tq_conv_desc *d, tq_dtype dt, i
     size_t m = 0;
     for (int op = OP_FWD; op <= OP_BWD_FILTER; op++) {
         size_t b;
+        if (!lin && wino_use(be, d, dt)) {
+            b = tq_cpu_wino_ws(d, op, tq_cpu_nt(be));
+            if (b > m) m = b;
+            continue;
+        }
         int dn = lin ? tq_dnnl_linear_need(be, d, dt, op, &b)
                      : tq_dnnl_conv_need(be, d, dt, op, &b);
         if (!dn) {
@@ -631,11 +638,42 @@ static int conv_bwd_filter_impl(tq_backend *be, const char *nm, const tq_conv_de
     return TQ_OK;
 }
 
-/* convolutions go to oneDNN first (TQ_DNNL_NA: it does not run this descriptor and type) */
+/* Winograd F(2×2, 3×3) (cpu_wino.c) for the f32 3×3 stride-1 convolutions it fits, where it
+ * beats oneDNN's direct kernels: TQ_CPU_WINOGRAD=1 turns it on wherever the CPU has AVX2 and
+ * FMA, =0 off; unset, it is on where oneDNN runs and its best ISA is below AVX-512 (an AVX2
+ * CPU, or ONEDNN_MAX_CPU_ISA=AVX2). Decided once per backend. */
+static int wino_use(tq_backend *be, const tq_conv_desc *d, tq_dtype dt) {
+    tq_cpu_ctx *cx = be->ctx;
+    if (dt != TQ_F32 || !cx || !tq_cpu_wino_fits(d)) return 0;
+    if (!cx->wino) {
+        const char *env = getenv("TQ_CPU_WINOGRAD");
+        int on = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+        if (env && env[0] == '0' && env[1] == 0) on = 0;
+        else if (!(env && env[0] == '1' && env[1] == 0)) on = on && tq_dnnl_below_avx512(be);
+        cx->wino = on ? 1 : 2;
+    }
+    return cx->wino == 1;
+}
+
+static int wino_ws_ok(tq_backend *be, const char *op, const tq_conv_desc *d, int kind,
+                      size_t ws_bytes, const void *ws) {
+    size_t need = tq_cpu_wino_ws(d, kind, tq_cpu_nt(be));
+    if (ws_bytes < need || !ws) {
+        tq_backend_seterr(be, "%s: workspace of %zu bytes, %zu needed", op, ws_bytes, need);
+        return 0;
+    }
+    return 1;
+}
+
+/* convolutions go to Winograd where wino_use says so, then to oneDNN (TQ_DNNL_NA: it does not
+ * run this descriptor and type), then to the im2col path */
 int tq_cpu_conv_fwd(tq_backend *be, const tq_conv_desc *d, tq_dtype dt, void *y, const void *x,
                     const void *w, const float *bias, void *ws, size_t ws_bytes) {
     cgeom g;
     if (!geom(be, "conv_fwd", d, dt, &g)) {
+        if (wino_use(be, d, dt))
+            return wino_ws_ok(be, "conv_fwd", d, OP_FWD, ws_bytes, ws)
+                       ? tq_cpu_wino_fwd(tq_cpu_nt(be), d, y, x, w, bias, ws) : TQ_EINVAL;
         int rc = tq_dnnl_conv_fwd(be, d, dt, y, x, w, bias, ws, ws_bytes);
         if (rc != TQ_DNNL_NA) return rc;
     }
@@ -645,6 +683,9 @@ int tq_cpu_conv_bwd_data(tq_backend *be, const tq_conv_desc *d, tq_dtype dt, voi
                          float beta, const void *dy, const void *w, void *ws, size_t ws_bytes) {
     cgeom g;
     if (!geom(be, "conv_bwd_data", d, dt, &g)) {
+        if (wino_use(be, d, dt))
+            return wino_ws_ok(be, "conv_bwd_data", d, OP_BWD_DATA, ws_bytes, ws)
+                       ? tq_cpu_wino_bwd_data(tq_cpu_nt(be), d, dx, beta, dy, w, ws) : TQ_EINVAL;
         int rc = tq_dnnl_conv_bwd_data(be, d, dt, dx, beta, dy, w, ws, ws_bytes);
         if (rc != TQ_DNNL_NA) return rc;
     }
@@ -654,6 +695,9 @@ int tq_cpu_conv_bwd_filter(tq_backend *be, const tq_conv_desc *d, tq_dtype dt, f
                            float *db, const void *x, const void *dy, void *ws, size_t ws_bytes) {
     cgeom g;
     if (!geom(be, "conv_bwd_filter", d, dt, &g)) {
+        if (wino_use(be, d, dt))
+            return wino_ws_ok(be, "conv_bwd_filter", d, OP_BWD_FILTER, ws_bytes, ws)
+                       ? tq_cpu_wino_bwd_filter(tq_cpu_nt(be), d, dw, db, x, dy, ws) : TQ_EINVAL;
         int rc = tq_dnnl_conv_bwd_filter(be, d, dt, dw, db, x, dy, ws, ws_bytes);
         if (rc != TQ_DNNL_NA) return rc;
     }

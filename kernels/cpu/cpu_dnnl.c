@@ -128,6 +128,12 @@ static tq_dnnl *get_ctx(tq_backend *be) {
     return D;
 }
 
+int tq_dnnl_below_avx512(tq_backend *be) {
+    if (!get_ctx(be)) return 0;
+    /* dnnl_cpu_isa_t is a bit set: 0x8 marks the avx512_mic family, 0x20 avx512_core's */
+    return (dnnl_get_effective_cpu_isa() & 0x28) == 0;
+}
+
 static void step_free(dstep *s) {
     for (int i = 0; i < s->n; i++)
         if (s->mem[i]) dnnl_memory_destroy(s->mem[i]);

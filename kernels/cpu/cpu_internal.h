@@ -63,6 +63,7 @@ typedef struct tq_dnnl tq_dnnl;
 typedef struct {
     tq_dnnl *dnnl;      /* oneDNN engine, stream and primitive cache (created on first use) */
     int dnnl_off;       /* oneDNN unavailable or turned off (TQ_CPU_DNNL=0) */
+    int wino;           /* Winograd 3×3 convolutions: 0 not decided yet, 1 on, 2 off */
     unsigned char fetch[TQ_FETCH_SLOTS][TQ_FETCH_BYTES];   /* fetch_begin's slots (copied at once) */
     double fetch_ms[TQ_FETCH_SLOTS];
 } tq_cpu_ctx;
@@ -93,6 +94,22 @@ int tq_dnnl_linear_bwd_filter(tq_backend *, const tq_conv_desc *d, tq_dtype dt, 
                               float *db, const void *x, const void *dy, void *ws,
                               size_t ws_bytes);
 void tq_dnnl_free(tq_dnnl *);
+/* 1 when oneDNN runs here (not turned off) and its best ISA on this CPU is below AVX-512 */
+int tq_dnnl_below_avx512(tq_backend *);
+
+/* f32 3×3 stride-1 convolutions by Winograd F(2×2, 3×3) on AVX2: cpu_wino.c. fits: the
+ * descriptor is one it runs (3×3, stride 1, pad <= 2, channels multiples of 8); the caller
+ * checks that the CPU has AVX2 and FMA. ws: workspace bytes of kind (0 fwd, 1 bwd_data,
+ * 2 bwd_filter) for nt threads. The ops never fail on a fitting descriptor and a big enough
+ * workspace. */
+int tq_cpu_wino_fits(const tq_conv_desc *d);
+size_t tq_cpu_wino_ws(const tq_conv_desc *d, int kind, int nt);
+int tq_cpu_wino_fwd(int nt, const tq_conv_desc *d, float *y, const float *x, const float *w,
+                    const float *bias, void *ws);
+int tq_cpu_wino_bwd_data(int nt, const tq_conv_desc *d, float *dx, float beta, const float *dy,
+                         const float *w, void *ws);
+int tq_cpu_wino_bwd_filter(int nt, const tq_conv_desc *d, float *dw, float *db, const float *x,
+                           const float *dy, void *ws);
 
 /* convolution and linear: cpu_conv.c */
 size_t tq_cpu_conv_ws(tq_backend *, const tq_conv_desc *, tq_dtype dt);

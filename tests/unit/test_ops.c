@@ -21,6 +21,7 @@
 #include <immintrin.h>
 
 #include "backend.h"
+#include "cpu/cpu_internal.h"
 
 static tq_backend *be;
 
@@ -436,6 +437,53 @@ static void test_conv_chunked(void **state) {
     /* the direct 1×1 path with enough work for a team */
     conv_case c4 = { 4, 32, 32, 32, 32, 1, 1, 1, 0, 1, 0, 0 };
     run_conv_case(&c4);
+}
+
+/* Winograd F(2×2, 3×3) (cpu_wino.c): on by default only below AVX-512, so forced here
+ * (TQ_CPU_WINOGRAD=1) on a backend of its own, with 1 and 3 threads. The same checks as every
+ * convolution: all three ops against the double reference, beta 0 and 1, the workspace exactly
+ * as conv_ws reports (one byte less: TQ_EINVAL), the 16-bit types (which keep their own path)
+ * against it. Shapes: odd sizes (tiles over the edge), pad 0/1/2 (bwd_data's padding 2/1/0),
+ * output channels 8 and 24 (the GEMM's 8-wide tail), input channels 24 (bwd_filter's tail),
+ * and ResNet-20's first stage with many blocks of tiles. */
+static void test_conv_winograd(void **state) {
+    (void)state;
+    if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma")) {
+        print_message("no AVX2/FMA on this CPU: Winograd convolutions do not run here\n");
+        return;
+    }
+    static const conv_case cases[] = {
+        /* n  h   w   c   k  r  s st pad bias fd */
+        { 2, 5,  7,  8, 16, 3, 3, 1, 1, 1, 0, 0 },
+        { 3, 6,  6, 16,  8, 3, 3, 1, 1, 0, 0, 0 },
+        { 2, 4,  5,  8, 24, 3, 3, 1, 2, 1, 0, 0 },
+        { 2, 6,  5, 24,  8, 3, 3, 1, 0, 1, 0, 0 },
+        { 1, 3,  3,  8,  8, 3, 3, 1, 0, 1, 1, 0 },   /* one output: the finite differences too */
+        { 11, 28, 28, 16, 16, 3, 3, 1, 1, 1, 0, 0 },
+        { 3, 7,  7, 64, 64, 3, 3, 1, 1, 0, 0, 0 },
+    };
+    tq_backend *keep = be;
+    setenv("TQ_CPU_WINOGRAD", "1", 1);
+    static const int threads[] = { 1, 3 };
+    for (int ti = 0; ti < 2; ti++) {
+        be = tq_cpu_backend_new(threads[ti]);
+        assert_non_null(be);
+        for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+            tq_conv_desc d = { { cases[i].n, cases[i].h, cases[i].w, cases[i].c }, cases[i].k,
+                               3, 3, 1, cases[i].pad };
+            /* the workspace is Winograd's: the path really runs */
+            size_t want = 0;
+            for (int kind = 0; kind < 3; kind++) {
+                size_t b = tq_cpu_wino_ws(&d, kind, threads[ti]);
+                if (b > want) want = b;
+            }
+            assert_int_equal(be->i->conv_ws(be, &d, TQ_F32), want);
+            run_conv_case(&cases[i]);
+        }
+        tq_backend_free(be);
+    }
+    unsetenv("TQ_CPU_WINOGRAD");
+    be = keep;
 }
 
 static void test_linear(void **state) {
@@ -1344,7 +1392,7 @@ static int teardown(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        T(test_vtable_complete), T(test_alloc_accounting), T(test_conv), T(test_conv_chunked),
+        T(test_vtable_complete), T(test_alloc_accounting), T(test_conv), T(test_conv_chunked), T(test_conv_winograd),
         T(test_linear), T(test_iface_complete), T(test_conv_bad_desc), T(test_bn), T(test_bn_large),
         T(test_bn_bwd_fused_is_the_chain), T(test_bn_deterministic), T(test_bn_bad), T(test_relu), T(test_add_accumulate),
         T(test_maxpool), T(test_maxpool_relu_is_the_pair), T(test_avgpool), T(test_softmax_ce), T(test_cast), T(test_conversions_reference),
