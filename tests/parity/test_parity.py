@@ -76,6 +76,11 @@ CASES = {
                            optimizer=dict(SGD, lr=0.02), randomize_bn=True),
     "mlp-accum4": dict(model="mlp", batch=16, accum=4, steps=20, optimizer=SGD),
 }
+# The same two resnet20 cases with trainq's Winograd 3×3 convolutions forced on
+# (TQ_CPU_WINOGRAD=1; by default they run only where oneDNN has no AVX-512, and CI's machines
+# have it): a whole training run through them must match PyTorch as closely as oneDNN's.
+for _n in ("resnet20", "resnet20-1step"):
+    CASES[_n + "-winograd"] = dict(CASES[_n], env={"TQ_CPU_WINOGRAD": "1"}, needs_avx2=True)
 
 pytestmark = [
     pytest.mark.skipif(not (TRAINQ.is_file() and os.access(TRAINQ, os.X_OK)),
@@ -122,12 +127,23 @@ def _randomize_bn(net, seed=1):
                 mod.num_batches_tracked.fill_(3)
 
 
+def _has_avx2_fma():
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = next((l.split(":", 1)[1].split() for l in f if l.startswith("flags")), [])
+    except OSError:
+        return False
+    return "avx2" in flags and "fma" in flags
+
+
 def _strict(case):
     return STRICT_ALL or not case["cfg"].get("chaotic")
 
 
 def _run_case(tmp, name):
     cfg = CASES[name]
+    if cfg.get("needs_avx2") and not _has_avx2_fma():
+        pytest.skip("%s: this CPU has no AVX2 and FMA, so Winograd convolutions do not run" % name)
     torch.set_num_threads(THREADS)
     torch.manual_seed(0)
     net = tq.build_model(cfg["model"], 1, 28, 28)
@@ -147,7 +163,8 @@ def _run_case(tmp, name):
     cmd = [str(TRAINQ), "run", str(spec_path), "--db", str(db), "--out", str(out)]
     try:
         proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                              timeout=RUN_TIMEOUT_S, cwd=str(tmp))
+                              timeout=RUN_TIMEOUT_S, cwd=str(tmp),
+                              env=dict(os.environ, **cfg.get("env", {})))
     except subprocess.TimeoutExpired as e:
         pytest.fail("%s timed out after %ds; stderr tail:\n%s"
                     % (" ".join(cmd), RUN_TIMEOUT_S, (e.stderr or b"")[-2000:]))
