@@ -151,7 +151,7 @@ unit: $(TESTS) $(BUILD)/gpu_ops
 	@set -e; for t in $(TESTS); do echo "== $$t"; CMOCKA_MESSAGE_OUTPUT=stdout $$t; done
 	@echo "== $(BUILD)/tests/test_ops with TQ_CPU_DNNL=0 (the im2col convolutions oneDNN falls back to)"; \
 	 TQ_CPU_DNNL=0 CMOCKA_MESSAGE_OUTPUT=stdout $(BUILD)/tests/test_ops
-	@echo "== $(BUILD)/tests/test_ops with ONEDNN_MAX_CPU_ISA=AVX2 (an AVX2 CPU's oneDNN: bf16 convolutions in f32 chunks, f32 3x3 ones by Winograd)"; \
+	@echo "== $(BUILD)/tests/test_ops with ONEDNN_MAX_CPU_ISA=AVX2 (an AVX2 CPU's oneDNN: bf16 convolutions in f32 chunks, 3x3 stride-1 ones by Winograd)"; \
 	 ONEDNN_MAX_CPU_ISA=AVX2 CMOCKA_MESSAGE_OUTPUT=stdout $(BUILD)/tests/test_ops
 	@echo "== $(BUILD)/gpu_ops --against cpu"; $(BUILD)/gpu_ops --against cpu
 	@echo "== $(BUILD)/gpu_ops --against cpu --inject conv_fwd (must fail)"; \

@@ -638,16 +638,17 @@ static int conv_bwd_filter_impl(tq_backend *be, const char *nm, const tq_conv_de
     return TQ_OK;
 }
 
-/* Winograd F(2×2, 3×3) (cpu_wino.c) for the f32 3×3 stride-1 convolutions it fits, where it
- * beats oneDNN's direct kernels: TQ_CPU_WINOGRAD=1 turns it on wherever the CPU has AVX2 and
- * FMA, =0 off; unset, it is on where oneDNN runs and its best ISA is below AVX-512 (an AVX2
+/* Winograd F(2×2, 3×3) (cpu_wino.c) for the 3×3 stride-1 convolutions it fits (any dtype),
+ * where it beats oneDNN's direct kernels (and its f32 copies of 16-bit data):
+ * TQ_CPU_WINOGRAD=1 turns it on wherever the CPU has AVX2, FMA and F16C, =0 off; unset, it is on where oneDNN runs and its best ISA is below AVX-512 (an AVX2
  * CPU, or ONEDNN_MAX_CPU_ISA=AVX2). Decided once per backend. */
 static int wino_use(tq_backend *be, const tq_conv_desc *d, tq_dtype dt) {
     tq_cpu_ctx *cx = be->ctx;
-    if (dt != TQ_F32 || !cx || !tq_cpu_wino_fits(d)) return 0;
+    if (!tq_cpu_dt_ok(dt) || !cx || !tq_cpu_wino_fits(d)) return 0;
     if (!cx->wino) {
         const char *env = getenv("TQ_CPU_WINOGRAD");
-        int on = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+        int on = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+                 __builtin_cpu_supports("f16c");
         if (env && env[0] == '0' && env[1] == 0) on = 0;
         else if (!(env && env[0] == '1' && env[1] == 0)) on = on && tq_dnnl_below_avx512(be);
         cx->wino = on ? 1 : 2;
@@ -673,7 +674,7 @@ int tq_cpu_conv_fwd(tq_backend *be, const tq_conv_desc *d, tq_dtype dt, void *y,
     if (!geom(be, "conv_fwd", d, dt, &g)) {
         if (wino_use(be, d, dt))
             return wino_ws_ok(be, "conv_fwd", d, OP_FWD, ws_bytes, ws)
-                       ? tq_cpu_wino_fwd(tq_cpu_nt(be), d, y, x, w, bias, ws) : TQ_EINVAL;
+                       ? tq_cpu_wino_fwd(tq_cpu_nt(be), d, dt, y, x, w, bias, ws) : TQ_EINVAL;
         int rc = tq_dnnl_conv_fwd(be, d, dt, y, x, w, bias, ws, ws_bytes);
         if (rc != TQ_DNNL_NA) return rc;
     }
@@ -685,7 +686,7 @@ int tq_cpu_conv_bwd_data(tq_backend *be, const tq_conv_desc *d, tq_dtype dt, voi
     if (!geom(be, "conv_bwd_data", d, dt, &g)) {
         if (wino_use(be, d, dt))
             return wino_ws_ok(be, "conv_bwd_data", d, OP_BWD_DATA, ws_bytes, ws)
-                       ? tq_cpu_wino_bwd_data(tq_cpu_nt(be), d, dx, beta, dy, w, ws) : TQ_EINVAL;
+                       ? tq_cpu_wino_bwd_data(tq_cpu_nt(be), d, dt, dx, beta, dy, w, ws) : TQ_EINVAL;
         int rc = tq_dnnl_conv_bwd_data(be, d, dt, dx, beta, dy, w, ws, ws_bytes);
         if (rc != TQ_DNNL_NA) return rc;
     }
@@ -697,7 +698,7 @@ int tq_cpu_conv_bwd_filter(tq_backend *be, const tq_conv_desc *d, tq_dtype dt, f
     if (!geom(be, "conv_bwd_filter", d, dt, &g)) {
         if (wino_use(be, d, dt))
             return wino_ws_ok(be, "conv_bwd_filter", d, OP_BWD_FILTER, ws_bytes, ws)
-                       ? tq_cpu_wino_bwd_filter(tq_cpu_nt(be), d, dw, db, x, dy, ws) : TQ_EINVAL;
+                       ? tq_cpu_wino_bwd_filter(tq_cpu_nt(be), d, dt, dw, db, x, dy, ws) : TQ_EINVAL;
         int rc = tq_dnnl_conv_bwd_filter(be, d, dt, dw, db, x, dy, ws, ws_bytes);
         if (rc != TQ_DNNL_NA) return rc;
     }

@@ -97,19 +97,19 @@ void tq_dnnl_free(tq_dnnl *);
 /* 1 when oneDNN runs here (not turned off) and its best ISA on this CPU is below AVX-512 */
 int tq_dnnl_below_avx512(tq_backend *);
 
-/* f32 3×3 stride-1 convolutions by Winograd F(2×2, 3×3) on AVX2: cpu_wino.c. fits: the
- * descriptor is one it runs (3×3, stride 1, pad <= 2, channels multiples of 8); the caller
- * checks that the CPU has AVX2 and FMA. ws: workspace bytes of kind (0 fwd, 1 bwd_data,
+/* 3×3 stride-1 convolutions (f32, f16, bf16) by Winograd F(2×2, 3×3) on AVX2: cpu_wino.c.
+ * fits: the descriptor is one it runs (3×3, stride 1, pad <= 2, channels multiples of 8); the
+ * caller checks that the CPU has AVX2, FMA and F16C. ws: workspace bytes of kind (0 fwd, 1 bwd_data,
  * 2 bwd_filter) for nt threads. The ops never fail on a fitting descriptor and a big enough
  * workspace. */
 int tq_cpu_wino_fits(const tq_conv_desc *d);
 size_t tq_cpu_wino_ws(const tq_conv_desc *d, int kind, int nt);
-int tq_cpu_wino_fwd(int nt, const tq_conv_desc *d, float *y, const float *x, const float *w,
-                    const float *bias, void *ws);
-int tq_cpu_wino_bwd_data(int nt, const tq_conv_desc *d, float *dx, float beta, const float *dy,
-                         const float *w, void *ws);
-int tq_cpu_wino_bwd_filter(int nt, const tq_conv_desc *d, float *dw, float *db, const float *x,
-                           const float *dy, void *ws);
+int tq_cpu_wino_fwd(int nt, const tq_conv_desc *d, tq_dtype dt, void *y, const void *x,
+                    const void *w, const float *bias, void *ws);
+int tq_cpu_wino_bwd_data(int nt, const tq_conv_desc *d, tq_dtype dt, void *dx, float beta,
+                         const void *dy, const void *w, void *ws);
+int tq_cpu_wino_bwd_filter(int nt, const tq_conv_desc *d, tq_dtype dt, float *dw, float *db,
+                           const void *x, const void *dy, void *ws);
 
 /* convolution and linear: cpu_conv.c */
 size_t tq_cpu_conv_ws(tq_backend *, const tq_conv_desc *, tq_dtype dt);

@@ -1,4 +1,9 @@
-/* cpu_wino.c — f32 3×3 stride-1 convolutions by Winograd's F(2×2, 3×3), for AVX2 CPUs.
+/* cpu_wino.c — 3×3 stride-1 convolutions by Winograd's F(2×2, 3×3), for AVX2 CPUs.
+ *
+ * Types: x, y, w, dx, dy in the op's type (f32, f16, bf16); f16/bf16 values are converted to
+ * f32 exactly as they are loaded (F16C, a shift) and every output is rounded once as it is
+ * stored, to nearest even, bit for bit as tq_f32_to_f16/bf16; everything in between is f32,
+ * so a 16-bit op's outputs are its f32 op's on the same values, rounded. dw, db, bias: f32.
  *
  * Why: on a CPU without AVX-512, oneDNN 2.6's direct convolutions (jit:avx2) already run near
  * the FMA peak of the cores, so the only way to do a 3×3 convolution faster is to do fewer
@@ -45,14 +50,15 @@
 
 #include "cpu/cpu_internal.h"
 
-#define WFN __attribute__((target("avx2,fma")))
-#define WIN static inline __attribute__((always_inline, target("avx2,fma")))
+#define WFN __attribute__((target("avx2,fma,f16c")))
+#define WIN static inline __attribute__((always_inline, target("avx2,fma,f16c")))
 
 #define MR 6            /* GEMM micro-kernel rows (tiles) */
 
 /* the geometry of a forward-form convolution: x [n][h][w][ci] → y [n][p][q][co], pad */
 typedef struct {
     int n, h, w, ci, co, pad, p, q, ty, tx, tb;
+    int dt;                     /* x, y, w, dx, dy: TQ_F32, TQ_F16 or TQ_BF16 */
     size_t nt, nblk;
 } wgeom;
 
@@ -70,7 +76,8 @@ static int pick_tb(int ci, int co) {
     return tb;
 }
 
-static void wgeom_init(wgeom *g, int n, int h, int w, int ci, int co, int pad) {
+static void wgeom_init(wgeom *g, int n, int h, int w, int ci, int co, int pad, int dt) {
+    g->dt = dt;
     g->n = n; g->h = h; g->w = w; g->ci = ci; g->co = co; g->pad = pad;
     g->p = h + 2 * pad - 2;
     g->q = w + 2 * pad - 2;
@@ -87,19 +94,19 @@ int tq_cpu_wino_fits(const tq_conv_desc *d) {
            d->x.w + 2 * d->pad >= 3;
 }
 
-static void fwd_form(const tq_conv_desc *d, int bwd_data, wgeom *g) {
+static void fwd_form(const tq_conv_desc *d, int dt, int bwd_data, wgeom *g) {
     if (bwd_data) {   /* dy [N][P][Q][K] → dx [N][H][W][C], padding 2 − pad */
         int P = d->x.h + 2 * d->pad - 2, Q = d->x.w + 2 * d->pad - 2;
-        wgeom_init(g, d->x.n, P, Q, d->k, d->x.c, 2 - d->pad);
+        wgeom_init(g, d->x.n, P, Q, d->k, d->x.c, 2 - d->pad, dt);
     } else {
-        wgeom_init(g, d->x.n, d->x.h, d->x.w, d->x.c, d->k, d->pad);
+        wgeom_init(g, d->x.n, d->x.h, d->x.w, d->x.c, d->k, d->pad, dt);
     }
 }
 
 /* floats of each op's workspace (kind 0 fwd, 1 bwd_data, 2 bwd_filter) for nt threads */
 static size_t ws_floats(const tq_conv_desc *d, int kind, int nt) {
     wgeom g;
-    fwd_form(d, kind == 1, &g);
+    fwd_form(d, TQ_F32, kind == 1, &g);   /* the layout does not depend on the type */
     if (kind == 2) {
         size_t C = (size_t)d->x.c, K = (size_t)d->k;
         return (size_t)nt * (up16(16 * (size_t)g.tb * C) + up16(16 * (size_t)g.tb * K) +
@@ -115,6 +122,51 @@ size_t tq_cpu_wino_ws(const tq_conv_desc *d, int kind, int nt) {
 
 static float *align64(void *ws) {
     return (float *)(((uintptr_t)ws + 63) & ~(uintptr_t)63);
+}
+
+/* ---- 8 channels in and out of an AVX2 register ---- */
+
+/* 8 values of type dt from element i of p, as f32 (exact) */
+WIN __m256 ld8(const void *p, size_t i, int dt) {
+    if (dt == TQ_F32) return _mm256_loadu_ps((const float *)p + i);
+    __m128i h = _mm_loadu_si128((const __m128i *)((const uint16_t *)p + i));
+    if (dt == TQ_F16) return _mm256_cvtph_ps(h);
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+
+/* the low 16 bits of each 32-bit lane (values in [0, 0xffff]), in order */
+WIN __m128i pack16(__m256i x) {
+    return _mm256_castsi256_si128(_mm256_permute4x64_epi64(_mm256_packus_epi32(x, x), 0xD8));
+}
+
+/* 8 f32 stored as type dt at element i of p, rounded to nearest even bit for bit as
+ * tq_f32_to_f16 / tq_f32_to_bf16 (kernels/common) do: a NaN becomes bf16's quiet NaN (the top
+ * half | 0x40) or f16's 0x7e00 with its sign */
+WIN void st8(void *p, size_t i, __m256 v, int dt) {
+    if (dt == TQ_F32) {
+        _mm256_storeu_ps((float *)p + i, v);
+        return;
+    }
+    const __m256i u = _mm256_castps_si256(v);
+    const __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff)),
+                                           _mm256_set1_epi32(0x7f800000));
+    const __m256i hi = _mm256_srli_epi32(u, 16);
+    __m128i h;
+    if (dt == TQ_F16) {
+        __m128i r = _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        __m256i q = _mm256_or_si256(_mm256_and_si256(hi, _mm256_set1_epi32(0x8000)),
+                                    _mm256_set1_epi32(0x7e00));
+        __m128i m = _mm256_castsi256_si128(
+            _mm256_permute4x64_epi64(_mm256_packs_epi32(nan, nan), 0xD8));
+        h = _mm_blendv_epi8(r, pack16(q), m);
+    } else {
+        __m256i r = _mm256_srli_epi32(
+            _mm256_add_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(0x7fff)),
+                             _mm256_and_si256(hi, _mm256_set1_epi32(1))), 16);
+        __m256i q = _mm256_or_si256(hi, _mm256_set1_epi32(0x40));
+        h = pack16(_mm256_blendv_epi8(r, q, nan));
+    }
+    _mm_storeu_si128((__m128i *)((uint16_t *)p + i), h);
 }
 
 /* ---- transforms of 8 channels ---- */
@@ -139,15 +191,18 @@ WIN void in_tf(const __m256 d[16], __m256 v[16]) {
     }
 }
 
-/* the 4×4 tile of x at (row y0, column x0) of image `img`, channels c..c+7; zeros outside */
-WIN void load_tile(const wgeom *g, const float *img, int y0, int x0, int c, __m256 d[16]) {
+/* the 4×4 tile of x at (row y0, column x0) of the image at element img, channels c..c+7;
+ * zeros outside */
+WIN void load_tile(const wgeom *g, const void *x, size_t img, int y0, int x0, int c,
+                   __m256 d[16]) {
     const size_t rs = (size_t)g->w * g->ci;
+    const int dt = g->dt;
     if (y0 >= 0 && x0 >= 0 && y0 + 4 <= g->h && x0 + 4 <= g->w) {
-        const float *p = img + (size_t)y0 * rs + (size_t)x0 * g->ci + c;
+        const size_t p = img + (size_t)y0 * rs + (size_t)x0 * g->ci + c;
         _Pragma("GCC unroll 16")
         for (int a = 0; a < 4; a++)
             _Pragma("GCC unroll 16")
-            for (int b = 0; b < 4; b++) d[4 * a + b] = _mm256_loadu_ps(p + a * rs + (size_t)b * g->ci);
+            for (int b = 0; b < 4; b++) d[4 * a + b] = ld8(x, p + a * rs + (size_t)b * g->ci, dt);
         return;
     }
     _Pragma("GCC unroll 16")
@@ -157,7 +212,7 @@ WIN void load_tile(const wgeom *g, const float *img, int y0, int x0, int c, __m2
         for (int b = 0; b < 4; b++) {
             int xx = x0 + b;
             d[4 * a + b] = yy >= 0 && yy < g->h && xx >= 0 && xx < g->w
-                               ? _mm256_loadu_ps(img + (size_t)yy * rs + (size_t)xx * g->ci + c)
+                               ? ld8(x, img + (size_t)yy * rs + (size_t)xx * g->ci + c, dt)
                                : _mm256_setzero_ps();
         }
     }
@@ -165,7 +220,7 @@ WIN void load_tile(const wgeom *g, const float *img, int y0, int x0, int c, __m2
 
 /* the input transform of tiles [t0, t0+cnt) into V[16][tb][ci]; rows cnt..tb−1 zeroed up to
  * the next multiple of MR (the GEMM reads them) */
-WFN static void input_block(const wgeom *g, const float *x, size_t t0, int cnt, float *V) {
+WFN static void input_block(const wgeom *g, const void *x, size_t t0, int cnt, float *V) {
     const size_t plane = (size_t)g->tb * g->ci;
     const size_t per_img = (size_t)g->ty * g->tx;
     for (int i = 0; i < cnt; i++) {
@@ -173,10 +228,10 @@ WFN static void input_block(const wgeom *g, const float *x, size_t t0, int cnt, 
         int n = (int)(t / per_img);
         int rem = (int)(t % per_img);
         int ty = rem / g->tx, tx = rem % g->tx;
-        const float *img = x + (size_t)n * g->h * g->w * g->ci;
+        const size_t img = (size_t)n * g->h * g->w * g->ci;
         for (int c = 0; c < g->ci; c += 8) {
             __m256 d[16], v[16];
-            load_tile(g, img, 2 * ty - g->pad, 2 * tx - g->pad, c, d);
+            load_tile(g, x, img, 2 * ty - g->pad, 2 * tx - g->pad, c, d);
             in_tf(d, v);
             float *o = V + (size_t)i * g->ci + c;
             _Pragma("GCC unroll 16")
@@ -236,7 +291,7 @@ WFN static void gemm_block(int rows, int ci, int co, const float *V, const float
 /* the output transform of tiles [t0, t0+cnt) from M[16][tb][co]: y = beta·y + Aᵀ m A + bias
  * (beta 0 does not read y) */
 WFN static void output_block(const wgeom *g, const float *M, const float *bias, float beta,
-                             size_t t0, int cnt, float *y) {
+                             size_t t0, int cnt, void *y) {
     const size_t plane = (size_t)g->tb * g->co;
     const size_t per_img = (size_t)g->ty * g->tx;
     const size_t rs = (size_t)g->q * g->co;
@@ -247,7 +302,7 @@ WFN static void output_block(const wgeom *g, const float *M, const float *bias, 
         int rem = (int)(t % per_img);
         int ty = rem / g->tx, tx = rem % g->tx;
         int oy = 2 * ty, ox = 2 * tx;
-        float *img = y + (size_t)n * g->p * rs;
+        const size_t img = (size_t)n * g->p * rs;
         for (int k = 0; k < g->co; k += 8) {
             const float *s = M + (size_t)i * g->co + k;
             __m256 m[16], u[8];
@@ -269,10 +324,10 @@ WFN static void output_block(const wgeom *g, const float *M, const float *bias, 
                 _Pragma("GCC unroll 16")
                 for (int b = 0; b < 2; b++) {
                     if (ox + b >= g->q) break;
-                    float *p = img + (size_t)(oy + a) * rs + (size_t)(ox + b) * g->co + k;
+                    size_t p = img + (size_t)(oy + a) * rs + (size_t)(ox + b) * g->co + k;
                     __m256 v = o[b];
-                    if (beta != 0.0f) v = _mm256_fmadd_ps(vb, _mm256_loadu_ps(p), v);
-                    _mm256_storeu_ps(p, v);
+                    if (beta != 0.0f) v = _mm256_fmadd_ps(vb, ld8(y, p, g->dt), v);
+                    st8(y, p, v, g->dt);
                 }
             }
         }
@@ -307,7 +362,8 @@ WIN void filt_tf(const __m256 g[9], __m256 u[16]) {
 
 /* w [K][3][3][C]. fwd: ci = C, co = K, g = w[k][·][·][c]. bwd_data (flip): ci = K, co = C,
  * g[r][s] = w[k][2−r][2−s][c]. Vectors run over C (contiguous in w) and scatter into U. */
-WFN static void filter_block(const float *w, int K, int C, int flip, int k0, int k1, float *U) {
+WFN static void filter_block(const void *w, int dt, int K, int C, int flip, int k0, int k1,
+                             float *U) {
     const int ci = flip ? K : C, co = flip ? C : K;
     const size_t plane = (size_t)ci * co;
     for (int k = k0; k < k1; k++) {
@@ -316,7 +372,7 @@ WFN static void filter_block(const float *w, int K, int C, int flip, int k0, int
             _Pragma("GCC unroll 16")
             for (int rs = 0; rs < 9; rs++) {
                 int src = flip ? 8 - rs : rs;
-                g[rs] = _mm256_loadu_ps(w + ((size_t)k * 9 + src) * C + c);
+                g[rs] = ld8(w, ((size_t)k * 9 + src) * C + c, dt);
             }
             filt_tf(g, u);
             _Pragma("GCC unroll 16")
@@ -337,8 +393,8 @@ WFN static void filter_block(const float *w, int K, int C, int flip, int k0, int
 
 /* ---- fwd / bwd_data ---- */
 
-WFN static void fwd_blocks(const wgeom *g, const float *x, const float *U, const float *bias,
-                           float beta, float *y, float *V, float *M, size_t b) {
+WFN static void fwd_blocks(const wgeom *g, const void *x, const float *U, const float *bias,
+                           float beta, void *y, float *V, float *M, size_t b) {
     size_t t0 = b * g->tb;
     int cnt = (int)(g->nt - t0 < (size_t)g->tb ? g->nt - t0 : (size_t)g->tb);
     int rows = (cnt + MR - 1) / MR * MR;
@@ -350,15 +406,15 @@ WFN static void fwd_blocks(const wgeom *g, const float *x, const float *U, const
     output_block(g, M, bias, beta, t0, cnt, y);
 }
 
-static void run_fwd_form(const wgeom *g, int nt, const float *x, const float *w, int K, int C,
-                         int flip, const float *bias, float beta, float *y, float *ws) {
+static void run_fwd_form(const wgeom *g, int nt, const void *x, const void *w, int K, int C,
+                         int flip, const float *bias, float beta, void *y, void *ws) {
     float *U = align64(ws);
     float *slices = U + up16(16 * (size_t)g->ci * g->co);
     const size_t vsz = up16(16 * (size_t)g->tb * g->ci), msz = up16(16 * (size_t)g->tb * g->co);
 #pragma omp parallel num_threads(nt)
     {
         int T = omp_get_num_threads(), t = omp_get_thread_num();
-        filter_block(w, K, C, flip, (int)((long long)K * t / T), (int)((long long)K * (t + 1) / T), U);
+        filter_block(w, g->dt, K, C, flip, (int)((long long)K * t / T), (int)((long long)K * (t + 1) / T), U);
 #pragma omp barrier
         float *V = slices + (size_t)t * (vsz + msz), *M = V + vsz;
 #pragma omp for schedule(dynamic, 1)
@@ -366,18 +422,18 @@ static void run_fwd_form(const wgeom *g, int nt, const float *x, const float *w,
     }
 }
 
-int tq_cpu_wino_fwd(int nt, const tq_conv_desc *d, float *y, const float *x, const float *w,
-                    const float *bias, void *ws) {
+int tq_cpu_wino_fwd(int nt, const tq_conv_desc *d, tq_dtype dt, void *y, const void *x,
+                    const void *w, const float *bias, void *ws) {
     wgeom g;
-    fwd_form(d, 0, &g);
+    fwd_form(d, dt, 0, &g);
     run_fwd_form(&g, nt, x, w, d->k, d->x.c, 0, bias, 0.0f, y, ws);
     return TQ_OK;
 }
 
-int tq_cpu_wino_bwd_data(int nt, const tq_conv_desc *d, float *dx, float beta, const float *dy,
-                         const float *w, void *ws) {
+int tq_cpu_wino_bwd_data(int nt, const tq_conv_desc *d, tq_dtype dt, void *dx, float beta,
+                         const void *dy, const void *w, void *ws) {
     wgeom g;
-    fwd_form(d, 1, &g);
+    fwd_form(d, dt, 1, &g);
     run_fwd_form(&g, nt, dy, w, d->k, d->x.c, 1, NULL, beta, dx, ws);
     return TQ_OK;
 }
@@ -386,7 +442,7 @@ int tq_cpu_wino_bwd_data(int nt, const tq_conv_desc *d, float *dx, float beta, c
 
 /* A dY Aᵀ of the 2×2 tile of dy at (oy, ox) for outputs k..k+7 (zeros outside), and the
  * tile's sum for db */
-WIN void dy_tile(const wgeom *g, const float *img, int oy, int ox, int k, __m256 e[16],
+WIN void dy_tile(const wgeom *g, const void *dy, size_t img, int oy, int ox, int k, __m256 e[16],
                  __m256 *sum) {
     const size_t rs = (size_t)g->q * g->co;
     __m256 y[4];
@@ -395,7 +451,7 @@ WIN void dy_tile(const wgeom *g, const float *img, int oy, int ox, int k, __m256
         _Pragma("GCC unroll 16")
         for (int b = 0; b < 2; b++)
             y[2 * a + b] = oy + a < g->p && ox + b < g->q
-                               ? _mm256_loadu_ps(img + (size_t)(oy + a) * rs + (size_t)(ox + b) * g->co + k)
+                               ? ld8(dy, img + (size_t)(oy + a) * rs + (size_t)(ox + b) * g->co + k, g->dt)
                                : _mm256_setzero_ps();
     *sum = _mm256_add_ps(_mm256_add_ps(y[0], y[1]), _mm256_add_ps(y[2], y[3]));
     __m256 t[8];   /* A dY: 4 rows × 2 columns */
@@ -417,7 +473,7 @@ WIN void dy_tile(const wgeom *g, const float *img, int oy, int ox, int k, __m256
 }
 
 /* D[16][tb][K] of tiles [t0, t0+cnt); db += the tiles' sums */
-WFN static void dy_block(const wgeom *g, const float *dy, size_t t0, int cnt, float *D, float *db) {
+WFN static void dy_block(const wgeom *g, const void *dy, size_t t0, int cnt, float *D, float *db) {
     const size_t plane = (size_t)g->tb * g->co;
     const size_t per_img = (size_t)g->ty * g->tx;
     for (int i = 0; i < cnt; i++) {
@@ -425,10 +481,10 @@ WFN static void dy_block(const wgeom *g, const float *dy, size_t t0, int cnt, fl
         int n = (int)(t / per_img);
         int rem = (int)(t % per_img);
         int ty = rem / g->tx, tx = rem % g->tx;
-        const float *img = dy + (size_t)n * g->p * g->q * g->co;
+        const size_t img = (size_t)n * g->p * g->q * g->co;
         for (int k = 0; k < g->co; k += 8) {
             __m256 e[16], s;
-            dy_tile(g, img, 2 * ty, 2 * tx, k, e, &s);
+            dy_tile(g, dy, img, 2 * ty, 2 * tx, k, e, &s);
             _mm256_storeu_ps(db + k, _mm256_add_ps(_mm256_loadu_ps(db + k), s));
             float *o = D + (size_t)i * g->co + k;
             _Pragma("GCC unroll 16")
@@ -507,7 +563,7 @@ WIN void filt_out(const __m256 m[16], float *dwk, int C, int c) {
     }
 }
 
-WFN static void bwdf_thread(const wgeom *g, const float *x, const float *dy, float *V, float *D,
+WFN static void bwdf_thread(const wgeom *g, const void *x, const void *dy, float *V, float *D,
                             float *Macc, float *db, size_t b0, size_t b1) {
     const int C = g->ci, K = g->co;
     memset(Macc, 0, 16 * (size_t)K * C * sizeof(float));
@@ -548,10 +604,10 @@ WFN static void bwdf_reduce(const wgeom *g, float *const *macc, float *const *db
     }
 }
 
-int tq_cpu_wino_bwd_filter(int nt, const tq_conv_desc *d, float *dw, float *db, const float *x,
-                           const float *dy, void *ws) {
+int tq_cpu_wino_bwd_filter(int nt, const tq_conv_desc *d, tq_dtype dt, float *dw, float *db,
+                           const void *x, const void *dy, void *ws) {
     wgeom g;
-    fwd_form(d, 0, &g);
+    fwd_form(d, dt, 0, &g);
     const size_t C = (size_t)d->x.c, K = (size_t)d->k;
     const size_t vsz = up16(16 * (size_t)g.tb * C), dsz = up16(16 * (size_t)g.tb * K),
                  msz = up16(16 * K * C), bsz = up16(K), per = vsz + dsz + msz + bsz;

@@ -439,17 +439,55 @@ static void test_conv_chunked(void **state) {
     run_conv_case(&c4);
 }
 
+/* The 16-bit Winograd convolutions convert their inputs exactly and round each output once:
+ * y, dx (beta 0 and 1) in f16/bf16 must be, bit for bit, the f32 op's result on the same
+ * (rounded) inputs rounded by tq_st, and dw, db the f32 op's exactly (same sums, same order). */
+static int same_bits(const float *a, const float *b, size_t n) {
+    return memcmp(a, b, n * sizeof(float)) == 0;
+}
+static void wino_lo_exact(const tq_conv_desc *d, double xscale, int nan) {
+    size_t nx = tq_shape_numel(d->x), ny = tq_shape_numel(tq_conv_yshape(d)), K = (size_t)d->k;
+    size_t nw = K * 9 * d->x.c;
+    float *x = frand(nx, xscale), *w = frand(nw, nan ? 1.0 : 1.0 / sqrt(9.0 * d->x.c));
+    float *b = frand(K, 0.5);
+    float *r = frand(ny, 1), *dx0 = frand(nx, 1), *dw0 = frand(nw, 1), *db0 = frand(K, 1);
+    if (nan) x[nx / 3] = NAN;
+    for (tq_dtype dt = TQ_F16; dt <= TQ_BF16; dt++) {
+        conv_out l, f;
+        conv_run(d, 0, dt, x, w, b, r, dx0, dw0, db0, &l);
+        conv_run(d, 0, TQ_F32, rnd(dt, x, nx), rnd(dt, w, nw), b, rnd(dt, r, ny),
+                 rnd(dt, dx0, nx), dw0, db0, &f);
+        const char *dn = dt_name(dt);
+        if (!same_bits(l.y, rnd(dt, f.y, ny), ny)) fail_msg("winograd %s fwd: not the f32 result rounded", dn);
+        if (!same_bits(l.dx, rnd(dt, f.dx, nx), nx)) fail_msg("winograd %s dx: not the f32 result rounded", dn);
+        if (!same_bits(l.dx1, rnd(dt, f.dx1, nx), nx)) fail_msg("winograd %s dx beta 1: not the f32 result rounded", dn);
+        if (!same_bits(l.dw, f.dw, nw)) fail_msg("winograd %s dw: not the f32 result", dn);
+        if (!same_bits(l.db, f.db, K)) fail_msg("winograd %s db: not the f32 result", dn);
+        if (nan) {   /* the case really reached inf (f16) and NaN */
+            int inf = 0, nans = 0;
+            for (size_t i = 0; i < ny; i++) {
+                inf += isinf(l.y[i]) != 0;
+                nans += isnan(l.y[i]) != 0;
+            }
+            assert_true(nans > 0);
+            if (dt == TQ_F16) assert_true(inf > 0);
+        }
+    }
+}
+
 /* Winograd F(2×2, 3×3) (cpu_wino.c): on by default only below AVX-512, so forced here
  * (TQ_CPU_WINOGRAD=1) on a backend of its own, with 1 and 3 threads. The same checks as every
  * convolution: all three ops against the double reference, beta 0 and 1, the workspace exactly
- * as conv_ws reports (one byte less: TQ_EINVAL), the 16-bit types (which keep their own path)
- * against it. Shapes: odd sizes (tiles over the edge), pad 0/1/2 (bwd_data's padding 2/1/0),
- * output channels 8 and 24 (the GEMM's 8-wide tail), input channels 24 (bwd_filter's tail),
- * and ResNet-20's first stage with many blocks of tiles. */
+ * as conv_ws reports (one byte less: TQ_EINVAL), the 16-bit types against it, and (wino_lo_exact)
+ * each 16-bit output bit for bit the f32 one rounded. Shapes: odd sizes (tiles over the
+ * edge), pad 0/1/2 (bwd_data's padding 2/1/0), output channels 8 and 24 (the GEMM's 8-wide
+ * tail), input channels 24 (bwd_filter's tail), ResNet-20's first stage with many blocks of
+ * tiles; and f16 overflow and a NaN. */
 static void test_conv_winograd(void **state) {
     (void)state;
-    if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma")) {
-        print_message("no AVX2/FMA on this CPU: Winograd convolutions do not run here\n");
+    if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma") ||
+        !__builtin_cpu_supports("f16c")) {
+        print_message("no AVX2/FMA/F16C on this CPU: Winograd convolutions do not run here\n");
         return;
     }
     static const conv_case cases[] = {
@@ -477,9 +515,14 @@ static void test_conv_winograd(void **state) {
                 size_t b = tq_cpu_wino_ws(&d, kind, threads[ti]);
                 if (b > want) want = b;
             }
-            assert_int_equal(be->i->conv_ws(be, &d, TQ_F32), want);
+            for (tq_dtype dt = TQ_F32; dt <= TQ_BF16; dt++)
+                assert_int_equal(be->i->conv_ws(be, &d, dt), want);
             run_conv_case(&cases[i]);
+            wino_lo_exact(&d, 1.0, 0);
         }
+        /* f16 overflow to inf, a NaN spreading through its tiles */
+        tq_conv_desc big = { { 2, 6, 7, 16 }, 8, 3, 3, 1, 1 };
+        wino_lo_exact(&big, 6e4, 1);
         tq_backend_free(be);
     }
     unsetenv("TQ_CPU_WINOGRAD");
