@@ -37,6 +37,7 @@
  * conv_ws returns the maximum over the three ops, computed by the same layout() the ops use;
  * it depends on be->threads.
  */
+#include <cpuid.h>
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
@@ -647,8 +648,9 @@ static int wino_use(tq_backend *be, const tq_conv_desc *d, tq_dtype dt) {
     if (!tq_cpu_dt_ok(dt) || !cx || !tq_cpu_wino_fits(d)) return 0;
     if (!cx->wino) {
         const char *env = getenv("TQ_CPU_WINOGRAD");
-        int on = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-                 __builtin_cpu_supports("f16c");
+        unsigned a, b, c, dd;   /* F16C: CPUID 1, ECX bit 29 (clang's builtin does not know it) */
+        int f16c = __get_cpuid(1, &a, &b, &c, &dd) && (c >> 29 & 1u);
+        int on = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && f16c;
         if (env && env[0] == '0' && env[1] == 0) on = 0;
         else if (!(env && env[0] == '1' && env[1] == 0)) on = on && tq_dnnl_below_avx512(be);
         cx->wino = on ? 1 : 2;
