@@ -124,6 +124,15 @@ static float *align64(void *ws) {
     return (float *)(((uintptr_t)ws + 63) & ~(uintptr_t)63);
 }
 
+/* image n and tile row/column (ty, tx) of tile t (tiles n-major) */
+static inline void tile_at(const wgeom *g, size_t t, int *n, int *ty, int *tx) {
+    const size_t per_img = (size_t)g->ty * g->tx;
+    int rem = (int)(t % per_img);
+    *n = (int)(t / per_img);
+    *ty = rem / g->tx;
+    *tx = rem % g->tx;
+}
+
 /* ---- 8 channels in and out of an AVX2 register ---- */
 
 /* 8 values of type dt from element i of p, as f32 (exact) */
@@ -222,12 +231,9 @@ WIN void load_tile(const wgeom *g, const void *x, size_t img, int y0, int x0, in
  * the next multiple of MR (the GEMM reads them) */
 WFN static void input_block(const wgeom *g, const void *x, size_t t0, int cnt, float *V) {
     const size_t plane = (size_t)g->tb * g->ci;
-    const size_t per_img = (size_t)g->ty * g->tx;
     for (int i = 0; i < cnt; i++) {
-        size_t t = t0 + i;
-        int n = (int)(t / per_img);
-        int rem = (int)(t % per_img);
-        int ty = rem / g->tx, tx = rem % g->tx;
+        int n, ty, tx;
+        tile_at(g, t0 + i, &n, &ty, &tx);
         const size_t img = (size_t)n * g->h * g->w * g->ci;
         for (int c = 0; c < g->ci; c += 8) {
             __m256 d[16], v[16];
@@ -293,14 +299,11 @@ WFN static void gemm_block(int rows, int ci, int co, const float *V, const float
 WFN static void output_block(const wgeom *g, const float *M, const float *bias, float beta,
                              size_t t0, int cnt, void *y) {
     const size_t plane = (size_t)g->tb * g->co;
-    const size_t per_img = (size_t)g->ty * g->tx;
     const size_t rs = (size_t)g->q * g->co;
     const __m256 vb = _mm256_set1_ps(beta);
     for (int i = 0; i < cnt; i++) {
-        size_t t = t0 + i;
-        int n = (int)(t / per_img);
-        int rem = (int)(t % per_img);
-        int ty = rem / g->tx, tx = rem % g->tx;
+        int n, ty, tx;
+        tile_at(g, t0 + i, &n, &ty, &tx);
         int oy = 2 * ty, ox = 2 * tx;
         const size_t img = (size_t)n * g->p * rs;
         for (int k = 0; k < g->co; k += 8) {
@@ -475,12 +478,9 @@ WIN void dy_tile(const wgeom *g, const void *dy, size_t img, int oy, int ox, int
 /* D[16][tb][K] of tiles [t0, t0+cnt); db += the tiles' sums */
 WFN static void dy_block(const wgeom *g, const void *dy, size_t t0, int cnt, float *D, float *db) {
     const size_t plane = (size_t)g->tb * g->co;
-    const size_t per_img = (size_t)g->ty * g->tx;
     for (int i = 0; i < cnt; i++) {
-        size_t t = t0 + i;
-        int n = (int)(t / per_img);
-        int rem = (int)(t % per_img);
-        int ty = rem / g->tx, tx = rem % g->tx;
+        int n, ty, tx;
+        tile_at(g, t0 + i, &n, &ty, &tx);
         const size_t img = (size_t)n * g->p * g->q * g->co;
         for (int k = 0; k < g->co; k += 8) {
             __m256 e[16], s;
