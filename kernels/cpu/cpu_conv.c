@@ -641,11 +641,12 @@ static int conv_bwd_filter_impl(tq_backend *be, const char *nm, const tq_conv_de
 
 /* Winograd F(2×2, 3×3) (cpu_wino.c) for the 3×3 stride-1 convolutions it fits (any dtype),
  * where it beats oneDNN's direct kernels (and its f32 copies of 16-bit data):
- * TQ_CPU_WINOGRAD=1 turns it on wherever the CPU has AVX2, FMA and F16C, =0 off; unset, it is on where oneDNN runs and its best ISA is below AVX-512 (an AVX2
- * CPU, or ONEDNN_MAX_CPU_ISA=AVX2). Decided once per backend. */
+ * TQ_CPU_WINOGRAD=1 turns it on wherever the CPU has AVX2, FMA and F16C, =0 off; unset,
+ * it is on where oneDNN runs and its best ISA is below AVX-512 (an AVX2 CPU, or
+ * ONEDNN_MAX_CPU_ISA=AVX2). Decided once per backend. */
 static int wino_use(tq_backend *be, const tq_conv_desc *d, tq_dtype dt) {
     tq_cpu_ctx *cx = be->ctx;
-    if (!tq_cpu_dt_ok(dt) || !cx || !tq_cpu_wino_fits(d)) return 0;
+    if (!cx || !tq_cpu_wino_fits(d)) return 0;   /* dt: checked by geom, as every caller does first */
     if (!cx->wino) {
         const char *env = getenv("TQ_CPU_WINOGRAD");
         unsigned a, b, c, dd;   /* F16C: CPUID 1, ECX bit 29 (clang's builtin does not know it) */
@@ -662,7 +663,7 @@ static int wino_ws_ok(tq_backend *be, const char *op, const tq_conv_desc *d, int
                       size_t ws_bytes, const void *ws) {
     size_t need = tq_cpu_wino_ws(d, kind, tq_cpu_nt(be));
     if (ws_bytes < need || !ws) {
-        tq_backend_seterr(be, "%s: workspace of %zu bytes, %zu needed", op, ws_bytes, need);
+        tq_backend_seterr(be, "%s: workspace too small (%zu < %zu bytes)", op, ws_bytes, need);
         return 0;
     }
     return 1;

@@ -103,21 +103,39 @@ static void fwd_form(const tq_conv_desc *d, int dt, int bwd_data, wgeom *g) {
     }
 }
 
-/* floats of each op's workspace (kind 0 fwd, 1 bwd_data, 2 bwd_filter) for nt threads */
-static size_t ws_floats(const tq_conv_desc *d, int kind, int nt) {
-    wgeom g;
-    fwd_form(d, TQ_F32, kind == 1, &g);   /* the layout does not depend on the type */
-    if (kind == 2) {
-        size_t C = (size_t)d->x.c, K = (size_t)d->k;
-        return (size_t)nt * (up16(16 * (size_t)g.tb * C) + up16(16 * (size_t)g.tb * K) +
-                             up16(16 * K * C) + up16(K));
+/* The workspace's sections in floats from the 64-byte aligned base, one layout for
+ * tq_cpu_wino_ws and the ops: fwd/bwd_data (filter 0) U, then per thread V | M; bwd_filter
+ * (filter 1) per thread V | D | Macc | db. Absent sections are 0. */
+typedef struct { size_t u, v, m, d, acc, db, per, total; } wlay;
+
+static void wlayout(const wgeom *g, int filter, int nt, wlay *L) {
+    memset(L, 0, sizeof *L);
+    const size_t tb = (size_t)g->tb, ci = (size_t)g->ci, co = (size_t)g->co;
+    L->v = up16(16 * tb * ci);
+    if (filter) {
+        L->d = up16(16 * tb * co);
+        L->acc = up16(16 * co * ci);
+        L->db = up16(co);
+    } else {
+        L->u = up16(16 * ci * co);
+        L->m = up16(16 * tb * co);
     }
-    return up16(16 * (size_t)g.ci * g.co) +
-           (size_t)nt * (up16(16 * (size_t)g.tb * g.ci) + up16(16 * (size_t)g.tb * g.co));
+    L->per = L->v + L->m + L->d + L->acc + L->db;
+    L->total = L->u + (size_t)nt * L->per;
 }
 
 size_t tq_cpu_wino_ws(const tq_conv_desc *d, int kind, int nt) {
-    return ws_floats(d, kind, nt) * sizeof(float) + 64;
+    wgeom g;
+    wlay L;
+    fwd_form(d, TQ_F32, kind == 1, &g);   /* the layout does not depend on the type */
+    wlayout(&g, kind == 2, nt, &L);
+    return L.total * sizeof(float) + 64;
+}
+
+/* the tiles of block b: the first in *t0, the count returned */
+static int block_tiles(const wgeom *g, size_t b, size_t *t0) {
+    *t0 = b * g->tb;
+    return (int)(g->nt - *t0 < (size_t)g->tb ? g->nt - *t0 : (size_t)g->tb);
 }
 
 static float *align64(void *ws) {
@@ -398,8 +416,8 @@ WFN static void filter_block(const void *w, int dt, int K, int C, int flip, int 
 
 WFN static void fwd_blocks(const wgeom *g, const void *x, const float *U, const float *bias,
                            float beta, void *y, float *V, float *M, size_t b) {
-    size_t t0 = b * g->tb;
-    int cnt = (int)(g->nt - t0 < (size_t)g->tb ? g->nt - t0 : (size_t)g->tb);
+    size_t t0;
+    int cnt = block_tiles(g, b, &t0);
     int rows = (cnt + MR - 1) / MR * MR;
     input_block(g, x, t0, cnt, V);
     const size_t vp = (size_t)g->tb * g->ci, mp = (size_t)g->tb * g->co,
@@ -411,15 +429,15 @@ WFN static void fwd_blocks(const wgeom *g, const void *x, const float *U, const 
 
 static void run_fwd_form(const wgeom *g, int nt, const void *x, const void *w, int K, int C,
                          int flip, const float *bias, float beta, void *y, void *ws) {
+    wlay L;
+    wlayout(g, 0, nt, &L);
     float *U = align64(ws);
-    float *slices = U + up16(16 * (size_t)g->ci * g->co);
-    const size_t vsz = up16(16 * (size_t)g->tb * g->ci), msz = up16(16 * (size_t)g->tb * g->co);
 #pragma omp parallel num_threads(nt)
     {
         int T = omp_get_num_threads(), t = omp_get_thread_num();
         filter_block(w, g->dt, K, C, flip, (int)((long long)K * t / T), (int)((long long)K * (t + 1) / T), U);
 #pragma omp barrier
-        float *V = slices + (size_t)t * (vsz + msz), *M = V + vsz;
+        float *V = U + L.u + (size_t)t * L.per, *M = V + L.v;
 #pragma omp for schedule(dynamic, 1)
         for (size_t b = 0; b < g->nblk; b++) fwd_blocks(g, x, U, bias, beta, y, V, M, b);
     }
@@ -570,8 +588,8 @@ WFN static void bwdf_thread(const wgeom *g, const void *x, const void *dy, float
     memset(db, 0, (size_t)K * sizeof(float));
     const size_t vp = (size_t)g->tb * C, dp = (size_t)g->tb * K, mp = (size_t)K * C;
     for (size_t b = b0; b < b1; b++) {
-        size_t t0 = b * g->tb;
-        int cnt = (int)(g->nt - t0 < (size_t)g->tb ? g->nt - t0 : (size_t)g->tb);
+        size_t t0;
+        int cnt = block_tiles(g, b, &t0);
         input_block(g, x, t0, cnt, V);
         dy_block(g, dy, t0, cnt, D, db);
         _Pragma("GCC unroll 16")
@@ -607,26 +625,23 @@ WFN static void bwdf_reduce(const wgeom *g, float *const *macc, float *const *db
 int tq_cpu_wino_bwd_filter(int nt, const tq_conv_desc *d, tq_dtype dt, float *dw, float *db,
                            const void *x, const void *dy, void *ws) {
     wgeom g;
+    wlay L;
     fwd_form(d, dt, 0, &g);
-    const size_t C = (size_t)d->x.c, K = (size_t)d->k;
-    const size_t vsz = up16(16 * (size_t)g.tb * C), dsz = up16(16 * (size_t)g.tb * K),
-                 msz = up16(16 * K * C), bsz = up16(K), per = vsz + dsz + msz + bsz;
-    float *base = align64(ws);
     enum { TMAX = 256 };
     if (nt > TMAX) nt = TMAX;
+    wlayout(&g, 1, nt, &L);
+    const int K = d->k;
+    float *base = align64(ws);
     float *macc[TMAX], *dbt[TMAX];
-    int used = nt;
 #pragma omp parallel num_threads(nt)
     {
         int T = omp_get_num_threads(), t = omp_get_thread_num();
-#pragma omp single
-        used = T;
-        float *V = base + (size_t)t * per, *D = V + vsz;
-        macc[t] = D + dsz;
-        dbt[t] = macc[t] + msz;
+        float *V = base + (size_t)t * L.per, *D = V + L.v;
+        macc[t] = D + L.d;
+        dbt[t] = macc[t] + L.acc;
         bwdf_thread(&g, x, dy, V, D, macc[t], dbt[t], g.nblk * t / T, g.nblk * (t + 1) / T);
 #pragma omp barrier
-        bwdf_reduce(&g, macc, dbt, used, dw, db, (int)((long long)K * t / T),
+        bwdf_reduce(&g, macc, dbt, T, dw, db, (int)((long long)K * t / T),
                     (int)((long long)K * (t + 1) / T));
     }
     return TQ_OK;
