@@ -127,13 +127,13 @@ def _randomize_bn(net, seed=1):
                 mod.num_batches_tracked.fill_(3)
 
 
-def _has_avx2_fma():
+def _has_wino_isa():
     try:
         with open("/proc/cpuinfo") as f:
             flags = next((l.split(":", 1)[1].split() for l in f if l.startswith("flags")), [])
     except OSError:
         return False
-    return "avx2" in flags and "fma" in flags
+    return all(f in flags for f in ("avx2", "fma", "f16c"))   # what cpu_conv.c's wino_use asks
 
 
 def _strict(case):
@@ -142,8 +142,8 @@ def _strict(case):
 
 def _run_case(tmp, name):
     cfg = CASES[name]
-    if cfg.get("needs_avx2") and not _has_avx2_fma():
-        pytest.skip("%s: this CPU has no AVX2 and FMA, so Winograd convolutions do not run" % name)
+    if cfg.get("needs_avx2") and not _has_wino_isa():
+        pytest.skip("%s: this CPU lacks AVX2, FMA or F16C, so Winograd convolutions do not run" % name)
     torch.set_num_threads(THREADS)
     torch.manual_seed(0)
     net = tq.build_model(cfg["model"], 1, 28, 28)
