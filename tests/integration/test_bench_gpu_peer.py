@@ -143,3 +143,39 @@ def test_compile_stage_mechanics_on_the_cpu(tmp_path):
     assert "## torch.compile: cnn 1×8×8, batch 8" in md and "the stage's mechanics, not a measurement" in md
     rows = [l for l in md.splitlines() if l.startswith("| fp16 |") or l.startswith("| fp32 |")]
     assert len(rows) == 8 and all(l.count("|") - l.count("\\|") == 9 for l in rows), rows   # one line each
+
+
+def test_graphs_stage_mechanics_on_the_cpu(tmp_path):
+    """gpu-check --graphs-only --graphs-device cpu: the CUDA-graphs stage's plumbing end to end
+    with tiny resnet20 jobs, where cuda_graphs is ignored ("not_cuda") and TQ_DEVICE_STEP=1 runs
+    the step-on-the-device loop uncaptured: every run must give the same bits as the plain loop,
+    the fp16 case must skip overflowed steps, the TF32 modes must repeat themselves, and the
+    report must carry the stage's tables, one line a row, marked as mechanics. What a GPU run
+    of the stage would trip on in its own code (a key, a format) trips here first."""
+    if not os.access(TRAINQ, os.X_OK):
+        pytest.skip("no trainq binary (make)")
+    report = tmp_path / "gpu-check.md"
+    r = subprocess.run([sys.executable, str(GPU_CHECK), "--graphs-only", "--graphs-device", "cpu",
+                        "--bundle", str(tmp_path / "no-bundle"), "--report", str(report), "--budget", "240"],
+                       stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    g = json.loads((tmp_path / "gpu-check.json").read_text())["graphs"]
+    assert g["device"] == "cpu" and g["pass"] is True
+    assert [c["case"] for c in g["identity"]] == ["resnet20 fp16, accum 2, AdamW, overflows",
+                                                  "resnet20 fp32, SGD, warmup + cosine"]
+    for c in g["identity"]:
+        assert c["pass"] and all(c["checks"].values()), c["checks"]
+        assert c["differences"] == {"on": None, "on again": None, "uncaptured": None}
+        assert c["cuda_graphs"] == {"off": "off", "on": "not_cuda", "on again": "not_cuda", "uncaptured": "uncaptured"}
+        assert c["model_sha256"] and len(c["model_sha256"]) == 64
+    assert g["identity"][0]["skipped_steps"] >= 1
+    assert [t["mode"] for t in g["tf32"]] == ["off", "conv", "all"]
+    assert all(t["succeeded"] and t["repeats"] and t["same_bits_as_off"] for t in g["tf32"])
+    t = g["timing"][0]
+    assert t["pass"] and t["on"]["cuda_graphs"] == ["not_cuda", "not_cuda"] and t["speedup"] > 0
+    md = report.read_text()
+    assert "the stage's mechanics, not a measurement" in md and "resnet20 8×8 synthetic, batch 8, 12 steps" in md
+    assert "## GPU ops against the CPU ops" not in md and "## Training parity" not in md   # not run: no section
+    rows = [l for l in md.splitlines() if l.startswith("| resnet20 ") or l[:8] in ("| off | ", "| conv |", "| all | ")]
+    assert len(rows) == 2 + 3 + 1 and all(l.endswith("|") for l in rows), rows
+    assert sum("PASS" in l for l in rows) == 6 and "Stage: **PASS**" in md
