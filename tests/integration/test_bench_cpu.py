@@ -56,6 +56,10 @@ def test_report_files(native):
     assert r.stdout.strip() in md                        # stdout is the section
     data = json.loads((out / "bench-cpu.json").read_text())
     assert data["meta"]["rounds_done"] == 2
+    tq = data["meta"]["isa_check"]["trainq"]
+    if "512" in (tq["off"]["onednn_isa"] or ""):   # oneDNN at AVX-512 runs every convolution itself
+        assert tq["winograd"] is False and tq["off"]["onednn_convs_winograd_shaped"] > 0
+        assert "ran its own Winograd" not in body
 
 
 def test_render_rewrites_the_section_from_the_json(native, tmp_path):
@@ -165,3 +169,19 @@ def test_avx2_emulation(tmp_path, trainq):
     md = (tmp_path / "benchmarks.md").read_text(encoding="utf-8")
     assert "<!-- bench/cpu-avx2:begin -->" in md
     assert "AVX2 emulated on an AVX-512 machine" in md
+    # below AVX-512 trainq's Winograd kernels take resnet20's 3x3 stride-1 convolutions (where the
+    # CPU has FMA and F16C): the probe sees oneDNN run none of them and records it
+    flags = set(next(l for l in Path("/proc/cpuinfo").read_text().splitlines() if l.startswith("flags")).split())
+    wino = "ran its own Winograd F(2×2, 3×3) kernels"
+    if {"fma", "f16c"} <= flags:
+        assert ic["trainq"]["winograd"] is True, ic["trainq"]
+        assert ic["trainq"]["off"]["onednn_convs"] > 0 and ic["trainq"]["off"]["onednn_convs_winograd_shaped"] == 0
+        assert wino in md
+    # a run recorded before the probe saw it: a re-render says nothing about Winograd
+    del m["isa_check"]["trainq"]["winograd"]
+    (tmp_path / "old.json").write_text(json.dumps(data))
+    rr = subprocess.run([sys.executable, str(BENCH), "--render", str(tmp_path / "old.json"), "--out", str(tmp_path)],
+                        stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60)
+    assert rr.returncode == 0, rr.stderr
+    md = (tmp_path / "benchmarks.md").read_text(encoding="utf-8")
+    assert "AVX2 emulated on an AVX-512 machine" in md and wino not in md
