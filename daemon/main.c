@@ -24,6 +24,8 @@ static const tq_opt run_opts[] = {
     { "--out", NULL, "DIR", "write model.safetensors and checkpoint.safetensors there", 0 },
     { "--resume", NULL, NULL, "go on from DIR's checkpoint (needs --out DIR)", 0 },
     { "--quiet", NULL, NULL, "no progress on stderr", 0 },
+    { "--profile", NULL, "FILE", "time every op of the steps after the first few (a sync around each, no CUDA graph): "
+                                 "a table on stderr, the whole profile as JSON in FILE", 0 },
     { NULL, NULL, NULL, NULL, 0 }
 };
 static const tq_cmd_doc run_doc = {
@@ -205,7 +207,7 @@ static int cb_eval(void *ctx, const tq_eval_rec *r) {
 static int cb_stop(void *ctx) { (void)ctx; return g_stop ? 1 : 0; }
 
 static int cmd_run(int argc, char **argv) {
-    const char *spec_path = NULL, *db_path = NULL, *out = NULL;
+    const char *spec_path = NULL, *db_path = NULL, *out = NULL, *profile = NULL;
     int resume = 0, quiet = 0;
     int rc0 = tq_opts_check(&run_doc, argc, argv);
     if (rc0 >= 0) return rc0;
@@ -214,12 +216,20 @@ static int cmd_run(int argc, char **argv) {
         else if (!strcmp(argv[i], "--out") && i + 1 < argc) out = argv[++i];
         else if (!strcmp(argv[i], "--resume")) resume = 1;
         else if (!strcmp(argv[i], "--quiet")) quiet = 1;
+        else if (!strcmp(argv[i], "--profile") && i + 1 < argc) profile = argv[++i];
         else if (argv[i][0] == '-' && argv[i][1]) { fprintf(stderr, "trainq run: unknown option %s (trainq run --help)\n", argv[i]); return 2; }
         else if (!spec_path) spec_path = argv[i];
         else { fprintf(stderr, "trainq run: unexpected argument %s\n", argv[i]); return 2; }
     }
     if (!spec_path) { fprintf(stderr, "trainq run: which spec? (a JSON file, or - for stdin; trainq run --help)\n"); return 2; }
     if (resume && !out) { fprintf(stderr, "trainq run: --resume needs --out DIR (where the checkpoint is)\n"); return 2; }
+    if (profile) {   /* said now, not after the training */
+        int existed = access(profile, F_OK) == 0;
+        FILE *pf = fopen(profile, "a");
+        if (!pf) { fprintf(stderr, "trainq run: --profile %s: cannot write there: %s\n", profile, strerror(errno)); return 2; }
+        fclose(pf);
+        if (!existed) remove(profile);
+    }
     tq_spec sp;
     int rc = load_spec(spec_path, &sp);
     if (rc) return rc;
@@ -259,7 +269,7 @@ static int cmd_run(int argc, char **argv) {
     free(spec_json);
     signal(SIGINT, on_signal);
     signal(SIGTERM, on_signal);
-    tq_run_opts o = {out, resume, {&c, cb_step, cb_eval, cb_stop, NULL}, 0};
+    tq_run_opts o = {out, resume, {&c, cb_step, cb_eval, cb_stop, NULL}, 0, profile};
     tq_summary sum;
     if (pick_code[0]) {   /* the auto batch could not be resolved: a failed job, as tq_train's */
         memset(&sum, 0, sizeof sum);

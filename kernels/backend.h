@@ -220,6 +220,7 @@ struct tq_backend {
     size_t bytes_limit;          /* 0: none; else alloc refuses to hand out more than this in all
                                   * (a job's planned share of a device shared with other jobs) */
     int threads;
+    void *prof;                  /* train/profile.c's state while it times this backend's ops */
     char err[256];
 };
 

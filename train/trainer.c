@@ -5,6 +5,7 @@
 #include "dataset.h"
 #include "device.h"
 #include "models.h"
+#include "profile.h"
 #include "util.h"
 #include <errno.h>
 #include <math.h>
@@ -123,6 +124,8 @@ typedef struct {
     int32_t *idx_host;
     tq_aug *aug_host;
     int32_t *perm; int64_t perm_epoch;
+    tq_prof *prof;          /* --profile: timing the ops of steps prof_from.. */
+    int64_t prof_from;
 } run_ctx;
 
 static int upload_split(run_ctx *r, const tq_split *s, uint8_t **img, uint8_t **lab) {
@@ -684,6 +687,7 @@ static int host_train(step_loop *L, int64_t start) {
     const int b = sp->batch_size, accum = sp->accum_steps;
     int rc = TQ_OK;
     for (int64_t s = start; s < L->total && !L->stop; s++) {
+        tq_prof_set(r->prof, s >= r->prof_from);   /* evals and checkpoints stay out of the profile */
         double t0 = I->now_ms(be);   /* the stream is idle here: the last step ended with a sync */
         int64_t epoch = s / L->spe;
         if (epoch != r->perm_epoch) { tq_epoch_order(r->perm, L->N, sp->seed, epoch, sp->shuffle); r->perm_epoch = epoch; }
@@ -709,6 +713,7 @@ static int host_train(step_loop *L, int64_t start) {
         I->to_host(be, sc, r->e.scalars, sizeof sc);     /* the one sync of the step: loss, hits, overflow */
         I->sync(be);
         double ms = I->now_ms(be) - t0;   /* CUDA events on the GPU, the monotonic clock on the CPU */
+        if (r->prof && s >= r->prof_from) { tq_prof_set(r->prof, 0); tq_prof_step(r->prof, ms); }
         step_ref p = { .s = s, .lr = lr, .extent = extent, .marked = 0 };
         if ((rc = record_step(L, &p, sc, ms, NULL, 0))) return rc;
     }
@@ -747,6 +752,11 @@ int tq_train(const tq_spec *sp, const tq_run_opts *o, tq_summary *sum) {
     int cuda = tq_cuda_backend_name(r.be) != NULL;
     const char *dse = getenv("TQ_DEVICE_STEP");
     int dsm = dse && !strcmp(dse, "1") ? 1 : sp->cuda_graphs && cuda ? 2 : 0;
+    if (o->profile && dsm) {   /* a graph replays without the host: its ops cannot be timed one by one */
+        fprintf(stderr, "trainq: profile: every op is timed on its own, so this run issues the step from the host, "
+                "without %s\n", dsm == 2 ? "a CUDA graph (cuda_graphs is off for it)" : "the step on the device");
+        dsm = 0;
+    }
     if (cuda) snprintf(sum->tf32, sizeof sum->tf32, "%s", tq_tf32_name(sp->tf32));
     snprintf(sum->cuda_graphs, sizeof sum->cuda_graphs, "%s",
              dsm == 2 ? "captured" : dsm == 1 ? "uncaptured" : sp->cuda_graphs ? "not_cuda" : "off");
@@ -855,7 +865,21 @@ int tq_train(const tq_spec *sp, const tq_run_opts *o, tq_summary *sum) {
     L.fp16 = fp16; L.capture = dsm == 2; L.t_start = t_start;
     L.scale = scale; L.tracker = tracker; L.loss = loss;
     L.step_ms = step_ms; L.sps = sps;
+    if (o->profile) {
+        /* the first steps plan, benchmark and warm up: left out when there are steps to spare */
+        int64_t here = total - start, warm = here / 2 < 3 ? here / 2 : 3;
+        r.prof_from = start + warm;
+        if (!(r.prof = tq_prof_attach(be))) { fail(sum, TQ_ERR_OUT_OF_MEMORY, "out of host memory for the profile"); rc = TQ_ENOMEM; goto done; }
+    }
     rc = dsm ? ds_train(&L, start) : host_train(&L, start);   /* the step on the device: cuda_graphs */
+    if (r.prof) {
+        tq_prof_detach(r.prof);
+        tq_prof_meta pm = { sum->device, tq_model_name(sp->model), sum->amp, sp->batch_size, sp->accum_steps,
+                            be->threads, (int)(r.prof_from - start) };
+        tq_prof_print(r.prof, &pm, stderr, 25);
+        char perr[512];
+        if (tq_prof_write(r.prof, &pm, o->profile, perr, sizeof perr)) fprintf(stderr, "trainq: profile: %s\n", perr);
+    }
     scale = L.scale; tracker = L.tracker; loss = L.loss; peak = L.peak; nsteps_here = L.nsteps;
     if (dsm) {
         I->graph_free(be, L.g_mb);
@@ -895,6 +919,7 @@ int tq_train(const tq_spec *sp, const tq_run_opts *o, tq_summary *sum) {
     }
 done:
     sum->wall_s = (tq_mono_ms() - t_start) / 1000.0;
+    tq_prof_free(r.prof);   /* detached: the backend has its own table back */
     if (r.be) {
         void *bufs[4] = {r.train_img, r.train_lab, r.test_img, r.test_lab};
         for (int i = 0; i < 4; i++) if (bufs[i]) r.be->i->free(r.be, bufs[i]);

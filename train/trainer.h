@@ -20,6 +20,9 @@ typedef struct {
     long long mem_limit;     /* > 0: the bytes this job may hold on its device (its planned share
                               * of a device other jobs use too): a plan over it fails before any
                               * step, an allocation past it fails the job (out_of_memory) */
+    const char *profile;     /* NULL, or where to write the run's per-op profile (profile.h): the
+                              * step is issued from the host (no CUDA graph), the first steps
+                              * (up to 3, at most half) are left out, a table goes to stderr */
 } tq_run_opts;
 
 int tq_train(const tq_spec *spec, const tq_run_opts *opts, tq_summary *sum);

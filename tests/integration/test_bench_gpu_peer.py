@@ -173,7 +173,12 @@ def test_graphs_stage_mechanics_on_the_cpu(tmp_path):
     assert all(t["succeeded"] and t["repeats"] and t["same_bits_as_off"] for t in g["tf32"])
     t = g["timing"][0]
     assert t["pass"] and t["on"]["cuda_graphs"] == ["not_cuda", "not_cuda"] and t["speedup"] > 0
+    prof = g["profile"]
+    assert prof["pass"] and prof["rc"] == 0 and prof["profile"]["model"] == "resnet20"
+    assert prof["profile"]["steps_profiled"] == 3 and prof["profile"]["ops"][0]["ms_per_step"] > 0
     md = report.read_text()
+    assert "### Where the step goes: `trainq run --profile`, resnet20 batch 8 fp16" in md
+    assert sum(1 for l in md.splitlines() if l.startswith("| ") and ("| conv_" in l or "| bn_" in l)) >= 5
     assert "the stage's mechanics, not a measurement" in md and "resnet20 8×8 synthetic, batch 8, 12 steps" in md
     assert "## GPU ops against the CPU ops" not in md and "## Training parity" not in md   # not run: no section
     rows = [l for l in md.splitlines() if l.startswith("| resnet20 ") or l[:8] in ("| off | ", "| conv |", "| all | ")]

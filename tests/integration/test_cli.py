@@ -52,6 +52,41 @@ def test_run_db_and_summary(trainq, tmp_path):
     assert (tmp_path / "out" / "checkpoint.safetensors").is_file()
 
 
+def test_run_profile(trainq, tmp_path):
+    """--profile FILE: the same training (the summary's loss, bit for bit), the steps after the
+    warm-up timed op by op, a table on stderr, the JSON in FILE; a FILE that cannot be written
+    is refused before anything trains."""
+    spec = dict(SYN, model="resnet20", batch_size=16, steps=6, eval_every=3)
+    plain = run(trainq, tmp_path, spec)
+    prof = tmp_path / "profile.json"
+    r = run(trainq, tmp_path, spec, "--profile", str(prof))
+    assert plain.returncode == 0 and r.returncode == 0, r.stderr
+    a, b = json.loads(plain.stdout), json.loads(r.stdout)
+    assert a["final_loss"] == b["final_loss"] and a["val_loss"] == b["val_loss"]
+    assert "trainq: profile of 3 steps after 3 warm-up (cpu, resnet20, off, batch 16 x 1" in r.stderr
+    assert "conv_fwd" in r.stderr and "GFLOP/s" in r.stderr and "by kind: conv" in r.stderr
+    p = json.loads(prof.read_text())
+    assert p["steps_profiled"] == 3 and p["warmup_steps"] == 3 and p["model"] == "resnet20"
+    assert p["step_ms_mean"] > 0 and p["op_ms_per_step"] > 0
+    assert p["op_ms_per_step"] <= p["step_ms_mean"] * 1.05   # the ops are inside the steps
+    assert abs(sum(p["ms_per_step_by_kind"].values()) - p["op_ms_per_step"]) < 1e-6 * p["op_ms_per_step"] + 1e-9
+    ops = p["ops"]
+    assert [o["ms_per_step"] for o in ops] == sorted((o["ms_per_step"] for o in ops), reverse=True)
+    # resnet20: 21 convolutions (19 3x3 and two 1x1 projections), one forward and one filter
+    # gradient each per step; the stem's input gradient is not needed
+    fwd = sum(o["calls_per_step"] for o in ops if o["op"] == "conv_fwd")
+    assert fwd == sum(o["calls_per_step"] for o in ops if o["op"] == "conv_bwd_filter")
+    assert fwd == 21 or fwd == 19, fwd
+    stem = [o for o in ops if o["op"] == "conv_fwd" and o["shape"].startswith("x 16x28x28x1 ")]
+    assert len(stem) == 1 and stem[0]["flops_per_call"] == 2 * 16 * 28 * 28 * 16 * 1 * 3 * 3
+    assert stem[0]["gflop_per_s"] > 0
+    assert {"conv", "batchnorm", "optimizer", "data"} <= {o["kind"] for o in ops}
+    assert not [o for o in ops if o["op"] in ("bn_fwd_infer", "softmax_ce_eval")]   # evals stay out
+    bad = run(trainq, tmp_path, spec, "--profile", str(tmp_path / "no-such-dir" / "p.json"))
+    assert bad.returncode == 2 and "--profile" in bad.stderr and "no-such-dir" in bad.stderr
+    assert not bad.stdout
+
+
 def test_plan(trainq, tmp_path):
     p = tmp_path / "spec.json"
     p.write_text(json.dumps(dict(SYN, model="resnet20", batch_size=64, amp="bf16")))
