@@ -134,6 +134,11 @@ int tq_dnnl_below_avx512(tq_backend *be) {
     return (dnnl_get_effective_cpu_isa() & 0x28) == 0;
 }
 
+int tq_dnnl_has_amx(tq_backend *be) {
+    if (!get_ctx(be)) return 0;
+    return (dnnl_get_effective_cpu_isa() & 0x3e7) == 0x3e7;   /* dnnl_cpu_isa_avx512_core_amx */
+}
+
 static void step_free(dstep *s) {
     for (int i = 0; i < s->n; i++)
         if (s->mem[i]) dnnl_memory_destroy(s->mem[i]);

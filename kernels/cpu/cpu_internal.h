@@ -63,7 +63,7 @@ typedef struct tq_dnnl tq_dnnl;
 typedef struct {
     tq_dnnl *dnnl;      /* oneDNN engine, stream and primitive cache (created on first use) */
     int dnnl_off;       /* oneDNN unavailable or turned off (TQ_CPU_DNNL=0) */
-    int wino;           /* Winograd 3×3 convolutions: 0 not decided yet, 1 on, 2 off */
+    int wino, wino_bf16;   /* Winograd 3×3 convolutions (f32/f16, bf16): 0 not decided yet, 1 on, 2 off */
     unsigned char fetch[TQ_FETCH_SLOTS][TQ_FETCH_BYTES];   /* fetch_begin's slots (copied at once) */
     double fetch_ms[TQ_FETCH_SLOTS];
 } tq_cpu_ctx;
@@ -96,6 +96,9 @@ int tq_dnnl_linear_bwd_filter(tq_backend *, const tq_conv_desc *d, tq_dtype dt, 
 void tq_dnnl_free(tq_dnnl *);
 /* 1 when oneDNN runs here (not turned off) and its best ISA on this CPU is below AVX-512 */
 int tq_dnnl_below_avx512(tq_backend *);
+/* 1 when oneDNN can use AMX here (its ISA reaches avx512_core_amx): its bf16 kernels then run
+ * on the tile units */
+int tq_dnnl_has_amx(tq_backend *);
 
 /* 3×3 stride-1 convolutions (f32, f16, bf16) by Winograd F(2×2, 3×3) on AVX2: cpu_wino.c.
  * fits: the descriptor is one it runs (3×3, stride 1, pad <= 2, channels multiples of 8); the

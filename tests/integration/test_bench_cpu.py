@@ -57,9 +57,14 @@ def test_report_files(native):
     data = json.loads((out / "bench-cpu.json").read_text())
     assert data["meta"]["rounds_done"] == 2
     tq = data["meta"]["isa_check"]["trainq"]
-    if "512" in (tq["off"]["onednn_isa"] or ""):   # oneDNN at AVX-512 runs every convolution itself
-        assert tq["winograd"] is False and tq["off"]["onednn_convs_winograd_shaped"] > 0
-        assert "ran its own Winograd" not in body
+    isa = tq["off"]["onednn_isa"] or ""
+    if "512" in isa:   # oneDNN at AVX-512 runs the f32 convolutions itself, and bf16 ones where it has AMX
+        assert "off" not in tq["winograd"] and tq["off"]["onednn_convs_winograd_shaped"] > 0
+        flags = next(l for l in open("/proc/cpuinfo") if l.startswith("flags")).split()
+        if "AMX" in isa:
+            assert tq["winograd"] == [] and "ran its own Winograd" not in body
+        elif {"fma", "f16c"} <= set(flags):
+            assert tq["winograd"] == ["bf16"] and "in bf16, ran its own Winograd" in body
 
 
 def test_render_rewrites_the_section_from_the_json(native, tmp_path):
@@ -174,7 +179,7 @@ def test_avx2_emulation(tmp_path, trainq):
     flags = set(next(l for l in Path("/proc/cpuinfo").read_text().splitlines() if l.startswith("flags")).split())
     wino = "ran its own Winograd F(2×2, 3×3) kernels"
     if {"fma", "f16c"} <= flags:
-        assert ic["trainq"]["winograd"] is True, ic["trainq"]
+        assert ic["trainq"]["winograd"] == ["off", "bf16"], ic["trainq"]
         assert ic["trainq"]["off"]["onednn_convs"] > 0 and ic["trainq"]["off"]["onednn_convs_winograd_shaped"] == 0
         assert wino in md
     # a run recorded before the probe saw it: a re-render says nothing about Winograd
