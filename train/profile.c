@@ -101,480 +101,249 @@ static const char *dtn(tq_dtype dt) { return dt == TQ_F32 ? "f32" : dt == TQ_F16
 static double es(tq_dtype dt) { return (double)tq_dtype_size(dt); }
 static double elems(tq_shape s) { return (double)s.n * s.h * s.w * s.c; }
 
-#define P(be) ((tq_prof *)(be)->prof)
+/* ---- the timed ops: each calls the backend's own, then books the call ----
+ * TIMED(CALL, BOOK): p and t for BOOK, which runs only when the call was timed (t >= 0). */
+#define TIMED(CALL, BOOK)                           \
+    tq_prof *p = (tq_prof *)be->prof;               \
+    double t = t_begin(p);                          \
+    int rc = p->in->CALL;                           \
+    if (t >= 0) BOOK;                               \
+    return rc
+#define TIMED_VOID(CALL, BOOK)                      \
+    tq_prof *p = (tq_prof *)be->prof;               \
+    double t = t_begin(p);                          \
+    p->in->CALL;                                    \
+    if (t >= 0) BOOK
 
-/* ---- the timed ops: each calls the backend's own, then books the call ---- */
-
-static void conv_shape(char *s, size_t n, const tq_conv_desc *d, const char *extra) {
-    snprintf(s, n, "x %dx%dx%dx%d k%d %dx%d s%d p%d%s", d->x.n, d->x.h, d->x.w, d->x.c, d->k, d->r, d->s,
+static void book_conv(tq_prof *p, double t, const char *op, tq_dtype dt, const tq_conv_desc *d,
+                      const char *extra, double bytes) {
+    char s[80];
+    snprintf(s, sizeof s, "x %dx%dx%dx%d k%d %dx%d s%d p%d%s", d->x.n, d->x.h, d->x.w, d->x.c, d->k, d->r, d->s,
              d->stride, d->pad, extra);
-}
-static double conv_flops(const tq_conv_desc *d) {
     tq_shape y = tq_conv_yshape(d);
-    return 2.0 * y.n * y.h * y.w * y.c * d->x.c * d->r * d->s;
+    t_end(p, t, op, "conv", dtn(dt), s, 2.0 * y.n * y.h * y.w * y.c * d->x.c * d->r * d->s, bytes);
 }
-static double conv_wbytes(const tq_conv_desc *d, double e) { return e * d->k * d->r * d->s * d->x.c; }
+static void book_lin(tq_prof *p, double t, const char *op, tq_dtype dt, int n, int in, int out,
+                     const char *extra, double bytes) {
+    char s[80];
+    snprintf(s, sizeof s, "n%d in%d out%d%s", n, in, out, extra);
+    t_end(p, t, op, "linear", dtn(dt), s, 2.0 * n * in * out, bytes);
+}
+static void book_nhwc(tq_prof *p, double t, const char *op, const char *kind, tq_dtype dt, tq_shape x,
+                      const char *extra, double bytes) {
+    char s[80];
+    snprintf(s, sizeof s, "%dx%dx%dx%d%s", x.n, x.h, x.w, x.c, extra);
+    t_end(p, t, op, kind, dtn(dt), s, 0, bytes);
+}
+static void book_n(tq_prof *p, double t, const char *op, const char *kind, const char *dt, size_t n,
+                   double bytes) {
+    char s[80];
+    snprintf(s, sizeof s, "n %zu", n);
+    t_end(p, t, op, kind, dt, s, 0, bytes);
+}
+static void book_ce(tq_prof *p, double t, const char *op, tq_dtype dt, int n, int classes, int tensors) {
+    char s[80];
+    snprintf(s, sizeof s, "n%d classes%d", n, classes);
+    t_end(p, t, op, "loss", dtn(dt), s, 0, tensors * es(dt) * n * classes + 4.0 * n);
+}
+static void book_bytes(tq_prof *p, double t, const char *op, const char *kind, size_t bytes, double traffic) {
+    char s[80];
+    snprintf(s, sizeof s, "%zu B", bytes);
+    t_end(p, t, op, kind, "-", s, 0, traffic);
+}
+
+static double conv_w(const tq_conv_desc *d, double e) { return e * d->k * d->r * d->s * d->x.c; }
+static double conv_y(const tq_conv_desc *d) { return elems(tq_conv_yshape(d)); }
+static const char *acc_tag(float beta) { return beta != 0 ? " accumulate" : ""; }
+static const char *epilogue(const void *res, int relu) {
+    return res ? (relu ? " +res +relu" : " +res") : relu ? " +relu" : "";
+}
+static double pooled(tq_shape x) { return (double)x.n * (x.h / 2) * (x.w / 2) * x.c; }
+/* w and the momentum buffer read and written, g read */
+static double sgd_bytes(size_t n, const float *buf) { return (buf ? 20.0 : 12.0) * n; }
 
 static int w_conv_fwd(tq_backend *be, const tq_conv_desc *d, tq_dtype dt, void *y, const void *x, const void *w,
                       const float *bias, void *ws, size_t ws_bytes) {
-    tq_prof *p = P(be);
-    double t = t_begin(p);
-    int rc = p->in->conv_fwd(be, d, dt, y, x, w, bias, ws, ws_bytes);
-    if (t >= 0) {
-        char s[80];
-        conv_shape(s, sizeof s, d, bias ? " bias" : "");
-        t_end(p, t, "conv_fwd", "conv", dtn(dt), s, conv_flops(d),
-              es(dt) * (elems(d->x) + elems(tq_conv_yshape(d))) + conv_wbytes(d, es(dt)) + (bias ? 4.0 * d->k : 0));
-    }
-    return rc;
+    TIMED(conv_fwd(be, d, dt, y, x, w, bias, ws, ws_bytes),
+          book_conv(p, t, "conv_fwd", dt, d, bias ? " bias" : "",
+                    es(dt) * (elems(d->x) + conv_y(d)) + conv_w(d, es(dt)) + (bias ? 4.0 * d->k : 0)));
 }
-
 static int w_conv_bwd_data(tq_backend *be, const tq_conv_desc *d, tq_dtype dt, void *dx, float beta, const void *dy,
                            const void *w, void *ws, size_t ws_bytes) {
-    tq_prof *p = P(be);
-    double t = t_begin(p);
-    int rc = p->in->conv_bwd_data(be, d, dt, dx, beta, dy, w, ws, ws_bytes);
-    if (t >= 0) {
-        char s[80];
-        conv_shape(s, sizeof s, d, beta != 0 ? " accumulate" : "");
-        t_end(p, t, "conv_bwd_data", "conv", dtn(dt), s, conv_flops(d),
-              es(dt) * (elems(tq_conv_yshape(d)) + elems(d->x) * (beta != 0 ? 2 : 1)) + conv_wbytes(d, es(dt)));
-    }
-    return rc;
+    TIMED(conv_bwd_data(be, d, dt, dx, beta, dy, w, ws, ws_bytes),
+          book_conv(p, t, "conv_bwd_data", dt, d, acc_tag(beta),
+                    es(dt) * (conv_y(d) + elems(d->x) * (beta != 0 ? 2 : 1)) + conv_w(d, es(dt))));
 }
-
 static int w_conv_bwd_filter(tq_backend *be, const tq_conv_desc *d, tq_dtype dt, float *dw, float *db, const void *x,
                              const void *dy, void *ws, size_t ws_bytes) {
-    tq_prof *p = P(be);
-    double t = t_begin(p);
-    int rc = p->in->conv_bwd_filter(be, d, dt, dw, db, x, dy, ws, ws_bytes);
-    if (t >= 0) {
-        char s[80];
-        conv_shape(s, sizeof s, d, db ? " bias" : "");
-        /* dw and db are f32 and accumulated: read and written */
-        t_end(p, t, "conv_bwd_filter", "conv", dtn(dt), s, conv_flops(d),
-              es(dt) * (elems(d->x) + elems(tq_conv_yshape(d))) + 2 * conv_wbytes(d, 4) + (db ? 8.0 * d->k : 0));
-    }
-    return rc;
-}
-
-static void lin_shape(char *s, size_t n, int b, int in, int out, const char *extra) {
-    snprintf(s, n, "n%d in%d out%d%s", b, in, out, extra);
+    /* dw and db are f32 and accumulated: read and written */
+    TIMED(conv_bwd_filter(be, d, dt, dw, db, x, dy, ws, ws_bytes),
+          book_conv(p, t, "conv_bwd_filter", dt, d, db ? " bias" : "",
+                    es(dt) * (elems(d->x) + conv_y(d)) + 2 * conv_w(d, 4) + (db ? 8.0 * d->k : 0)));
 }
 
 static int w_linear_fwd(tq_backend *be, int n, int in, int out, tq_dtype dt, void *y, const void *x, const void *w,
                         const float *bias, void *ws, size_t ws_bytes) {
-    tq_prof *p = P(be);
-    double t = t_begin(p);
-    int rc = p->in->linear_fwd(be, n, in, out, dt, y, x, w, bias, ws, ws_bytes);
-    if (t >= 0) {
-        char s[80];
-        lin_shape(s, sizeof s, n, in, out, bias ? " bias" : "");
-        t_end(p, t, "linear_fwd", "linear", dtn(dt), s, 2.0 * n * in * out,
-              es(dt) * ((double)n * in + (double)n * out + (double)in * out) + (bias ? 4.0 * out : 0));
-    }
-    return rc;
+    TIMED(linear_fwd(be, n, in, out, dt, y, x, w, bias, ws, ws_bytes),
+          book_lin(p, t, "linear_fwd", dt, n, in, out, bias ? " bias" : "",
+                   es(dt) * ((double)n * in + (double)n * out + (double)in * out) + (bias ? 4.0 * out : 0)));
 }
-
 static int w_linear_bwd_data(tq_backend *be, int n, int in, int out, tq_dtype dt, void *dx, float beta,
                              const void *dy, const void *w, void *ws, size_t ws_bytes) {
-    tq_prof *p = P(be);
-    double t = t_begin(p);
-    int rc = p->in->linear_bwd_data(be, n, in, out, dt, dx, beta, dy, w, ws, ws_bytes);
-    if (t >= 0) {
-        char s[80];
-        lin_shape(s, sizeof s, n, in, out, beta != 0 ? " accumulate" : "");
-        t_end(p, t, "linear_bwd_data", "linear", dtn(dt), s, 2.0 * n * in * out,
-              es(dt) * ((double)n * out + (double)n * in * (beta != 0 ? 2 : 1) + (double)in * out));
-    }
-    return rc;
+    TIMED(linear_bwd_data(be, n, in, out, dt, dx, beta, dy, w, ws, ws_bytes),
+          book_lin(p, t, "linear_bwd_data", dt, n, in, out, acc_tag(beta),
+                   es(dt) * ((double)n * out + (double)n * in * (beta != 0 ? 2 : 1) + (double)in * out)));
 }
-
 static int w_linear_bwd_filter(tq_backend *be, int n, int in, int out, tq_dtype dt, float *dw, float *db,
                                const void *x, const void *dy, void *ws, size_t ws_bytes) {
-    tq_prof *p = P(be);
-    double t = t_begin(p);
-    int rc = p->in->linear_bwd_filter(be, n, in, out, dt, dw, db, x, dy, ws, ws_bytes);
-    if (t >= 0) {
-        char s[80];
-        lin_shape(s, sizeof s, n, in, out, db ? " bias" : "");
-        t_end(p, t, "linear_bwd_filter", "linear", dtn(dt), s, 2.0 * n * in * out,
-              es(dt) * ((double)n * in + (double)n * out) + 8.0 * in * out + (db ? 8.0 * out : 0));
-    }
-    return rc;
-}
-
-static void nhwc(char *s, size_t n, tq_shape x, const char *extra) {
-    snprintf(s, n, "%dx%dx%dx%d%s", x.n, x.h, x.w, x.c, extra);
-}
-static const char *epilogue(const void *res, int relu) {
-    return res ? (relu ? " +res +relu" : " +res") : relu ? " +relu" : "";
+    TIMED(linear_bwd_filter(be, n, in, out, dt, dw, db, x, dy, ws, ws_bytes),
+          book_lin(p, t, "linear_bwd_filter", dt, n, in, out, db ? " bias" : "",
+                   es(dt) * ((double)n * in + (double)n * out) + 8.0 * in * out + (db ? 8.0 * out : 0)));
 }
 
 static int w_bn_fwd_train(tq_backend *be, tq_shape sh, tq_dtype dt, void *y, const void *x, const float *gamma,
                           const float *beta, float *save_mean, float *save_invstd, float *run_mean, float *run_var,
                           float momentum, float eps, const void *res, int relu) {
-    tq_prof *p = P(be);
-    double t = t_begin(p);
-    int rc = p->in->bn_fwd_train(be, sh, dt, y, x, gamma, beta, save_mean, save_invstd, run_mean, run_var, momentum,
-                                 eps, res, relu);
-    if (t >= 0) {
-        char s[80];
-        nhwc(s, sizeof s, sh, epilogue(res, relu));
-        t_end(p, t, "bn_fwd_train", "batchnorm", dtn(dt), s, 0, es(dt) * elems(sh) * (res ? 3 : 2));
-    }
-    return rc;
+    TIMED(bn_fwd_train(be, sh, dt, y, x, gamma, beta, save_mean, save_invstd, run_mean, run_var, momentum, eps,
+                       res, relu),
+          book_nhwc(p, t, "bn_fwd_train", "batchnorm", dt, sh, epilogue(res, relu), es(dt) * elems(sh) * (res ? 3 : 2)));
 }
-
 static int w_bn_fwd_infer(tq_backend *be, tq_shape sh, tq_dtype dt, void *y, const void *x, const float *gamma,
                           const float *beta, const float *run_mean, const float *run_var, float eps, const void *res,
                           int relu) {
-    tq_prof *p = P(be);
-    double t = t_begin(p);
-    int rc = p->in->bn_fwd_infer(be, sh, dt, y, x, gamma, beta, run_mean, run_var, eps, res, relu);
-    if (t >= 0) {
-        char s[80];
-        nhwc(s, sizeof s, sh, epilogue(res, relu));
-        t_end(p, t, "bn_fwd_infer", "batchnorm", dtn(dt), s, 0, es(dt) * elems(sh) * (res ? 3 : 2));
-    }
-    return rc;
+    TIMED(bn_fwd_infer(be, sh, dt, y, x, gamma, beta, run_mean, run_var, eps, res, relu),
+          book_nhwc(p, t, "bn_fwd_infer", "batchnorm", dt, sh, epilogue(res, relu), es(dt) * elems(sh) * (res ? 3 : 2)));
 }
-
 static int w_bn_norm(tq_backend *be, tq_shape sh, tq_dtype dt, void *y, const void *x, const void *res,
                      const float *gamma, const float *beta, const float *mean, const float *invstd, int relu) {
-    tq_prof *p = P(be);
-    double t = t_begin(p);
-    int rc = p->in->bn_norm(be, sh, dt, y, x, res, gamma, beta, mean, invstd, relu);
-    if (t >= 0) {
-        char s[80];
-        nhwc(s, sizeof s, sh, epilogue(res, relu));
-        t_end(p, t, "bn_norm", "batchnorm", dtn(dt), s, 0, es(dt) * elems(sh) * (res ? 3 : 2));
-    }
-    return rc;
+    TIMED(bn_norm(be, sh, dt, y, x, res, gamma, beta, mean, invstd, relu),
+          book_nhwc(p, t, "bn_norm", "batchnorm", dt, sh, epilogue(res, relu), es(dt) * elems(sh) * (res ? 3 : 2)));
 }
-
 static int w_bn_bwd(tq_backend *be, tq_shape sh, tq_dtype dt, void *dx, float beta_dx, float *dgamma, float *dbeta,
                     const void *dy, const void *x, const float *gamma, const float *save_mean,
                     const float *save_invstd, const void *relu_y, void *dres, float beta_dres) {
-    tq_prof *p = P(be);
-    double t = t_begin(p);
-    int rc = p->in->bn_bwd(be, sh, dt, dx, beta_dx, dgamma, dbeta, dy, x, gamma, save_mean, save_invstd, relu_y, dres,
-                           beta_dres);
-    if (t >= 0) {
-        char s[80];
-        nhwc(s, sizeof s, sh, relu_y ? (dres ? " +relu +dres" : " +relu") : "");
-        double tensors = 2 + (relu_y != NULL) + (dx ? (beta_dx != 0 ? 2 : 1) : 0) + (dres ? (beta_dres != 0 ? 2 : 1) : 0);
-        t_end(p, t, "bn_bwd", "batchnorm", dtn(dt), s, 0, es(dt) * elems(sh) * tensors);
-    }
-    return rc;
+    /* dy and x read, relu_y read, dx and dres written (and read when accumulated) */
+    double tensors = 2 + (relu_y != NULL) + (dx ? (beta_dx != 0 ? 2 : 1) : 0) + (dres ? (beta_dres != 0 ? 2 : 1) : 0);
+    TIMED(bn_bwd(be, sh, dt, dx, beta_dx, dgamma, dbeta, dy, x, gamma, save_mean, save_invstd, relu_y, dres,
+                 beta_dres),
+          book_nhwc(p, t, "bn_bwd", "batchnorm", dt, sh, relu_y ? (dres ? " +relu +dres" : " +relu") : "",
+                    es(dt) * elems(sh) * tensors));
 }
-
-static void count(char *s, size_t n, size_t k) { snprintf(s, n, "n %zu", k); }
 
 static int w_relu_fwd(tq_backend *be, size_t n, tq_dtype dt, void *y, const void *x) {
-    tq_prof *p = P(be);
-    double t = t_begin(p);
-    int rc = p->in->relu_fwd(be, n, dt, y, x);
-    if (t >= 0) {
-        char s[80];
-        count(s, sizeof s, n);
-        t_end(p, t, "relu_fwd", "elementwise", dtn(dt), s, 0, 2 * es(dt) * (double)n);
-    }
-    return rc;
+    TIMED(relu_fwd(be, n, dt, y, x), book_n(p, t, "relu_fwd", "elementwise", dtn(dt), n, 2 * es(dt) * (double)n));
 }
-
 static int w_relu_bwd(tq_backend *be, size_t n, tq_dtype dt, void *dx, float beta, const void *dy, const void *y) {
-    tq_prof *p = P(be);
-    double t = t_begin(p);
-    int rc = p->in->relu_bwd(be, n, dt, dx, beta, dy, y);
-    if (t >= 0) {
-        char s[80];
-        count(s, sizeof s, n);
-        t_end(p, t, "relu_bwd", "elementwise", dtn(dt), s, 0, es(dt) * (double)n * (beta != 0 ? 4 : 3));
-    }
-    return rc;
+    TIMED(relu_bwd(be, n, dt, dx, beta, dy, y),
+          book_n(p, t, "relu_bwd", "elementwise", dtn(dt), n, es(dt) * (double)n * (beta != 0 ? 4 : 3)));
 }
-
 static int w_add_fwd(tq_backend *be, size_t n, tq_dtype dt, void *y, const void *a, const void *b) {
-    tq_prof *p = P(be);
-    double t = t_begin(p);
-    int rc = p->in->add_fwd(be, n, dt, y, a, b);
-    if (t >= 0) {
-        char s[80];
-        count(s, sizeof s, n);
-        t_end(p, t, "add_fwd", "elementwise", dtn(dt), s, 0, 3 * es(dt) * (double)n);
-    }
-    return rc;
+    TIMED(add_fwd(be, n, dt, y, a, b), book_n(p, t, "add_fwd", "elementwise", dtn(dt), n, 3 * es(dt) * (double)n));
 }
-
 static int w_accumulate(tq_backend *be, size_t n, tq_dtype dt, void *dst, float beta, const void *src) {
-    tq_prof *p = P(be);
-    double t = t_begin(p);
-    int rc = p->in->accumulate(be, n, dt, dst, beta, src);
-    if (t >= 0) {
-        char s[80];
-        count(s, sizeof s, n);
-        t_end(p, t, "accumulate", "elementwise", dtn(dt), s, 0, es(dt) * (double)n * (beta != 0 ? 3 : 2));
-    }
-    return rc;
+    TIMED(accumulate(be, n, dt, dst, beta, src),
+          book_n(p, t, "accumulate", "elementwise", dtn(dt), n, es(dt) * (double)n * (beta != 0 ? 3 : 2)));
 }
-
 static int w_cast(tq_backend *be, size_t n, tq_dtype dst_dt, void *dst, tq_dtype src_dt, const void *src) {
-    tq_prof *p = P(be);
-    double t = t_begin(p);
-    int rc = p->in->cast(be, n, dst_dt, dst, src_dt, src);
-    if (t >= 0) {
-        char s[80], d[12];
-        count(s, sizeof s, n);
-        snprintf(d, sizeof d, "%s>%s", dtn(src_dt), dtn(dst_dt));
-        t_end(p, t, "cast", "elementwise", d, s, 0, (es(src_dt) + es(dst_dt)) * (double)n);
-    }
-    return rc;
+    char d[12];
+    snprintf(d, sizeof d, "%s>%s", dtn(src_dt), dtn(dst_dt));
+    TIMED(cast(be, n, dst_dt, dst, src_dt, src),
+          book_n(p, t, "cast", "elementwise", d, n, (es(src_dt) + es(dst_dt)) * (double)n));
 }
-
-static double pooled(tq_shape x) { return (double)x.n * (x.h / 2) * (x.w / 2) * x.c; }
 
 static int w_maxpool_fwd(tq_backend *be, tq_shape x, tq_dtype dt, void *y, const void *xp, int relu) {
-    tq_prof *p = P(be);
-    double t = t_begin(p);
-    int rc = p->in->maxpool_fwd(be, x, dt, y, xp, relu);
-    if (t >= 0) {
-        char s[80];
-        nhwc(s, sizeof s, x, relu ? " +relu" : "");
-        t_end(p, t, "maxpool_fwd", "pooling", dtn(dt), s, 0, es(dt) * (elems(x) + pooled(x)));
-    }
-    return rc;
+    TIMED(maxpool_fwd(be, x, dt, y, xp, relu),
+          book_nhwc(p, t, "maxpool_fwd", "pooling", dt, x, relu ? " +relu" : "", es(dt) * (elems(x) + pooled(x))));
 }
-
 static int w_maxpool_bwd(tq_backend *be, tq_shape x, tq_dtype dt, void *dx, float beta, const void *dy,
                          const void *xp, int relu) {
-    tq_prof *p = P(be);
-    double t = t_begin(p);
-    int rc = p->in->maxpool_bwd(be, x, dt, dx, beta, dy, xp, relu);
-    if (t >= 0) {
-        char s[80];
-        nhwc(s, sizeof s, x, relu ? " +relu" : "");
-        t_end(p, t, "maxpool_bwd", "pooling", dtn(dt), s, 0,
-              es(dt) * (pooled(x) + elems(x) * (beta != 0 ? 3 : 2)));
-    }
-    return rc;
+    TIMED(maxpool_bwd(be, x, dt, dx, beta, dy, xp, relu),
+          book_nhwc(p, t, "maxpool_bwd", "pooling", dt, x, relu ? " +relu" : "",
+                    es(dt) * (pooled(x) + elems(x) * (beta != 0 ? 3 : 2))));
 }
-
 static int w_avgpool_fwd(tq_backend *be, tq_shape x, tq_dtype dt, void *y, const void *xp) {
-    tq_prof *p = P(be);
-    double t = t_begin(p);
-    int rc = p->in->avgpool_fwd(be, x, dt, y, xp);
-    if (t >= 0) {
-        char s[80];
-        nhwc(s, sizeof s, x, "");
-        t_end(p, t, "avgpool_fwd", "pooling", dtn(dt), s, 0, es(dt) * (elems(x) + (double)x.n * x.c));
-    }
-    return rc;
+    TIMED(avgpool_fwd(be, x, dt, y, xp),
+          book_nhwc(p, t, "avgpool_fwd", "pooling", dt, x, "", es(dt) * (elems(x) + (double)x.n * x.c)));
 }
-
 static int w_avgpool_bwd(tq_backend *be, tq_shape x, tq_dtype dt, void *dx, float beta, const void *dy) {
-    tq_prof *p = P(be);
-    double t = t_begin(p);
-    int rc = p->in->avgpool_bwd(be, x, dt, dx, beta, dy);
-    if (t >= 0) {
-        char s[80];
-        nhwc(s, sizeof s, x, "");
-        t_end(p, t, "avgpool_bwd", "pooling", dtn(dt), s, 0,
-              es(dt) * ((double)x.n * x.c + elems(x) * (beta != 0 ? 2 : 1)));
-    }
-    return rc;
+    TIMED(avgpool_bwd(be, x, dt, dx, beta, dy),
+          book_nhwc(p, t, "avgpool_bwd", "pooling", dt, x, "",
+                    es(dt) * ((double)x.n * x.c + elems(x) * (beta != 0 ? 2 : 1))));
 }
-
-static void ce_shape(char *s, size_t n, int b, int classes) { snprintf(s, n, "n%d classes%d", b, classes); }
 
 static int w_softmax_ce(tq_backend *be, int n, int classes, tq_dtype dt, void *dlogits, const void *logits,
                         const int32_t *labels, float grad_scale, float *out) {
-    tq_prof *p = P(be);
-    double t = t_begin(p);
-    int rc = p->in->softmax_ce(be, n, classes, dt, dlogits, logits, labels, grad_scale, out);
-    if (t >= 0) {
-        char s[80];
-        ce_shape(s, sizeof s, n, classes);
-        t_end(p, t, "softmax_ce", "loss", dtn(dt), s, 0, 2 * es(dt) * n * classes + 4.0 * n);
-    }
-    return rc;
+    TIMED(softmax_ce(be, n, classes, dt, dlogits, logits, labels, grad_scale, out),
+          book_ce(p, t, "softmax_ce", dt, n, classes, 2));
 }
-
 static int w_softmax_ce_eval(tq_backend *be, int n, int classes, tq_dtype dt, const void *logits,
                              const int32_t *labels, float *out) {
-    tq_prof *p = P(be);
-    double t = t_begin(p);
-    int rc = p->in->softmax_ce_eval(be, n, classes, dt, logits, labels, out);
-    if (t >= 0) {
-        char s[80];
-        ce_shape(s, sizeof s, n, classes);
-        t_end(p, t, "softmax_ce_eval", "loss", dtn(dt), s, 0, es(dt) * n * classes + 4.0 * n);
-    }
-    return rc;
+    TIMED(softmax_ce_eval(be, n, classes, dt, logits, labels, out), book_ce(p, t, "softmax_ce_eval", dt, n, classes, 1));
 }
-
 static int w_softmax_ce_dyn(tq_backend *be, int n, int classes, tq_dtype dt, void *dlogits, const void *logits,
                             const int32_t *labels, const tq_dstep_state *st, int accum, float *out) {
-    tq_prof *p = P(be);
-    double t = t_begin(p);
-    int rc = p->in->softmax_ce_dyn(be, n, classes, dt, dlogits, logits, labels, st, accum, out);
-    if (t >= 0) {
-        char s[80];
-        ce_shape(s, sizeof s, n, classes);
-        t_end(p, t, "softmax_ce_dyn", "loss", dtn(dt), s, 0, 2 * es(dt) * n * classes + 4.0 * n);
-    }
-    return rc;
+    TIMED(softmax_ce_dyn(be, n, classes, dt, dlogits, logits, labels, st, accum, out),
+          book_ce(p, t, "softmax_ce_dyn", dt, n, classes, 2));
 }
 
 static int w_unscale_check(tq_backend *be, size_t n, float *g, float inv_scale, float *found_inf) {
-    tq_prof *p = P(be);
-    double t = t_begin(p);
-    int rc = p->in->unscale_check(be, n, g, inv_scale, found_inf);
-    if (t >= 0) {
-        char s[80];
-        count(s, sizeof s, n);
-        t_end(p, t, "unscale_check", "optimizer", "f32", s, 0, 8.0 * n);
-    }
-    return rc;
+    TIMED(unscale_check(be, n, g, inv_scale, found_inf), book_n(p, t, "unscale_check", "optimizer", "f32", n, 8.0 * n));
 }
-
 static int w_unscale_check_dyn(tq_backend *be, size_t n, float *g, const tq_dstep_state *st, float *found_inf) {
-    tq_prof *p = P(be);
-    double t = t_begin(p);
-    int rc = p->in->unscale_check_dyn(be, n, g, st, found_inf);
-    if (t >= 0) {
-        char s[80];
-        count(s, sizeof s, n);
-        t_end(p, t, "unscale_check_dyn", "optimizer", "f32", s, 0, 8.0 * n);
-    }
-    return rc;
+    TIMED(unscale_check_dyn(be, n, g, st, found_inf),
+          book_n(p, t, "unscale_check_dyn", "optimizer", "f32", n, 8.0 * n));
 }
-
-/* w and the momentum buffer read and written, g read */
-static double sgd_bytes(size_t n, const float *buf) { return (buf ? 20.0 : 12.0) * n; }
-
 static int w_sgd_step(tq_backend *be, size_t n, float *w, const float *g, float *buf, float lr, float momentum,
                       float wd, int nesterov, const float *skip) {
-    tq_prof *p = P(be);
-    double t = t_begin(p);
-    int rc = p->in->sgd_step(be, n, w, g, buf, lr, momentum, wd, nesterov, skip);
-    if (t >= 0) {
-        char s[80];
-        count(s, sizeof s, n);
-        t_end(p, t, "sgd_step", "optimizer", "f32", s, 0, sgd_bytes(n, buf));
-    }
-    return rc;
+    TIMED(sgd_step(be, n, w, g, buf, lr, momentum, wd, nesterov, skip),
+          book_n(p, t, "sgd_step", "optimizer", "f32", n, sgd_bytes(n, buf)));
 }
-
 static int w_sgd_step_dyn(tq_backend *be, size_t n, float *w, const float *g, float *buf, const tq_dstep_in *in,
                           float momentum, float wd, int nesterov, const float *skip) {
-    tq_prof *p = P(be);
-    double t = t_begin(p);
-    int rc = p->in->sgd_step_dyn(be, n, w, g, buf, in, momentum, wd, nesterov, skip);
-    if (t >= 0) {
-        char s[80];
-        count(s, sizeof s, n);
-        t_end(p, t, "sgd_step_dyn", "optimizer", "f32", s, 0, sgd_bytes(n, buf));
-    }
-    return rc;
+    TIMED(sgd_step_dyn(be, n, w, g, buf, in, momentum, wd, nesterov, skip),
+          book_n(p, t, "sgd_step_dyn", "optimizer", "f32", n, sgd_bytes(n, buf)));
 }
-
 static int w_adamw_step(tq_backend *be, size_t n, float *w, const float *g, float *m, float *v, float lr, float b1,
                         float b2, float eps, float wd, float bc1, float bc2, const float *skip) {
-    tq_prof *p = P(be);
-    double t = t_begin(p);
-    int rc = p->in->adamw_step(be, n, w, g, m, v, lr, b1, b2, eps, wd, bc1, bc2, skip);
-    if (t >= 0) {
-        char s[80];
-        count(s, sizeof s, n);
-        t_end(p, t, "adamw_step", "optimizer", "f32", s, 0, 28.0 * n);
-    }
-    return rc;
+    /* w, m and v read and written, g read */
+    TIMED(adamw_step(be, n, w, g, m, v, lr, b1, b2, eps, wd, bc1, bc2, skip),
+          book_n(p, t, "adamw_step", "optimizer", "f32", n, 28.0 * n));
 }
-
 static int w_adamw_step_dyn(tq_backend *be, size_t n, float *w, const float *g, float *m, float *v,
                             const tq_dstep_in *in, const tq_dstep_state *st, float b1, float b2, float eps, float wd,
                             const float *skip) {
-    tq_prof *p = P(be);
-    double t = t_begin(p);
-    int rc = p->in->adamw_step_dyn(be, n, w, g, m, v, in, st, b1, b2, eps, wd, skip);
-    if (t >= 0) {
-        char s[80];
-        count(s, sizeof s, n);
-        t_end(p, t, "adamw_step_dyn", "optimizer", "f32", s, 0, 28.0 * n);
-    }
-    return rc;
+    TIMED(adamw_step_dyn(be, n, w, g, m, v, in, st, b1, b2, eps, wd, skip),
+          book_n(p, t, "adamw_step_dyn", "optimizer", "f32", n, 28.0 * n));
 }
-
 static int w_step_end(tq_backend *be, tq_dstep_state *st, const float *found_inf, int fp16, float growth,
                       float backoff, int interval) {
-    tq_prof *p = P(be);
-    double t = t_begin(p);
-    int rc = p->in->step_end(be, st, found_inf, fp16, growth, backoff, interval);
-    t_end(p, t, "step_end", "optimizer", "f32", "", 0, 0);
-    return rc;
+    TIMED(step_end(be, st, found_inf, fp16, growth, backoff, interval),
+          t_end(p, t, "step_end", "optimizer", "f32", "", 0, 0));
 }
 
 static int w_load_batch(tq_backend *be, int n, int h, int w, int c, tq_dtype dt, void *x, int32_t *labels,
                         const uint8_t *images, const uint8_t *lab, const int32_t *idx, const tq_aug *aug, int pad,
                         const float *mean, const float *inv_std) {
-    tq_prof *p = P(be);
-    double t = t_begin(p);
-    int rc = p->in->load_batch(be, n, h, w, c, dt, x, labels, images, lab, idx, aug, pad, mean, inv_std);
-    if (t >= 0) {
-        char s[80];
-        tq_shape sh = { n, h, w, c };
-        nhwc(s, sizeof s, sh, aug ? " augmented" : "");
-        t_end(p, t, "load_batch", "data", dtn(dt), s, 0, elems(sh) * (1 + es(dt)) + 9.0 * n);
-    }
-    return rc;
+    tq_shape sh = { n, h, w, c };
+    /* the images read (u8), the batch written in dt, the labels and indices */
+    TIMED(load_batch(be, n, h, w, c, dt, x, labels, images, lab, idx, aug, pad, mean, inv_std),
+          book_nhwc(p, t, "load_batch", "data", dt, sh, aug ? " augmented" : "", elems(sh) * (1 + es(dt)) + 9.0 * n));
 }
-
-static void nbytes(char *s, size_t n, size_t b) { snprintf(s, n, "%zu B", b); }
 
 static void w_memset0(tq_backend *be, void *ptr, size_t bytes) {
-    tq_prof *p = P(be);
-    double t = t_begin(p);
-    p->in->memset0(be, ptr, bytes);
-    if (t >= 0) {
-        char s[80];
-        nbytes(s, sizeof s, bytes);
-        t_end(p, t, "memset0", "memory", "-", s, 0, (double)bytes);
-    }
+    TIMED_VOID(memset0(be, ptr, bytes), book_bytes(p, t, "memset0", "memory", bytes, (double)bytes));
 }
-
 static void w_copy(tq_backend *be, void *dst, const void *src, size_t bytes) {
-    tq_prof *p = P(be);
-    double t = t_begin(p);
-    p->in->copy(be, dst, src, bytes);
-    if (t >= 0) {
-        char s[80];
-        nbytes(s, sizeof s, bytes);
-        t_end(p, t, "copy", "memory", "-", s, 0, 2.0 * bytes);
-    }
+    TIMED_VOID(copy(be, dst, src, bytes), book_bytes(p, t, "copy", "memory", bytes, 2.0 * bytes));
 }
-
 static void w_to_device(tq_backend *be, void *dst, const void *src, size_t bytes) {
-    tq_prof *p = P(be);
-    double t = t_begin(p);
-    p->in->to_device(be, dst, src, bytes);
-    if (t >= 0) {
-        char s[80];
-        nbytes(s, sizeof s, bytes);
-        t_end(p, t, "to_device", "data", "-", s, 0, (double)bytes);
-    }
+    TIMED_VOID(to_device(be, dst, src, bytes), book_bytes(p, t, "to_device", "data", bytes, (double)bytes));
 }
-
 static void w_to_host(tq_backend *be, void *dst, const void *src, size_t bytes) {
-    tq_prof *p = P(be);
-    double t = t_begin(p);
-    p->in->to_host(be, dst, src, bytes);
-    if (t >= 0) {
-        char s[80];
-        nbytes(s, sizeof s, bytes);
-        t_end(p, t, "to_host", "data", "-", s, 0, (double)bytes);
-    }
+    TIMED_VOID(to_host(be, dst, src, bytes), book_bytes(p, t, "to_host", "data", bytes, (double)bytes));
 }
+#undef TIMED
+#undef TIMED_VOID
 
 /* ---- attach, detach ---- */
 

@@ -152,6 +152,21 @@ static char *slurp(const char *path) {
     return s;
 }
 
+/* the JSON in path, parsed (the test fails when it is not there or not JSON) */
+static cJSON *load_json(const char *path) {
+    char *text = slurp(path);
+    assert_non_null(text);
+    cJSON *o = cJSON_Parse(text);
+    free(text);
+    assert_non_null(o);
+    return o;
+}
+static double num(const cJSON *o, const char *key) {
+    const cJSON *v = cJSON_GetObjectItem(o, key);
+    if (!cJSON_IsNumber(v)) fail_msg("%s: not a number", key);
+    return v->valuedouble;
+}
+
 static void test_json_report(void **state) {
     (void)state;
     tq_backend *be = tq_cpu_backend_new(1);
@@ -172,29 +187,23 @@ static void test_json_report(void **state) {
     snprintf(path, sizeof path, "%s/p.json", dir);
     tq_prof_meta m = { "cpu", "cnn", "off", 16, 2, 1, 3 };
     assert_int_equal(tq_prof_write(p, &m, path, err, sizeof err), 0);
-    char *text = slurp(path);
-    assert_non_null(text);
-    cJSON *o = cJSON_Parse(text);
-    assert_non_null(o);
-    assert_true(cJSON_GetObjectItem(o, "steps_profiled")->valuedouble == 2);
-    assert_true(cJSON_GetObjectItem(o, "step_ms_median")->valuedouble == 4.0);
-    assert_true(cJSON_GetObjectItem(o, "step_ms_mean")->valuedouble == 4.0);
-    assert_true(cJSON_GetObjectItem(o, "warmup_steps")->valuedouble == 3);
+    cJSON *o = load_json(path);
+    assert_true(num(o, "steps_profiled") == 2 && num(o, "step_ms_median") == 4.0 && num(o, "step_ms_mean") == 4.0);
+    assert_true(num(o, "warmup_steps") == 3);
     assert_string_equal(cJSON_GetObjectItem(o, "model")->valuestring, "cnn");
-    assert_true(cJSON_GetObjectItem(cJSON_GetObjectItem(o, "ms_per_step_by_kind"), "elementwise")->valuedouble >= 0);
+    assert_true(num(cJSON_GetObjectItem(o, "ms_per_step_by_kind"), "elementwise") >= 0);
     cJSON *ops = cJSON_GetObjectItem(o, "ops");
     assert_int_equal(cJSON_GetArraySize(ops), 2);
     cJSON *it;
     cJSON_ArrayForEach(it, ops) {
-        assert_true(cJSON_GetObjectItem(it, "calls_per_step")->valuedouble == 1);
+        assert_true(num(it, "calls_per_step") == 1);
         assert_true(cJSON_IsNull(cJSON_GetObjectItem(it, "gflop_per_s")));
         const char *op = cJSON_GetObjectItem(it, "op")->valuestring;
-        double bytes = cJSON_GetObjectItem(it, "bytes_per_call")->valuedouble;
+        double bytes = num(it, "bytes_per_call");
         assert_true(!strcmp(op, "relu_fwd") ? bytes == 512 : !strcmp(op, "add_fwd") && bytes == 768);
         assert_string_equal(cJSON_GetObjectItem(it, "shape")->valuestring, "n 64");
     }
     cJSON_Delete(o);
-    free(text);
     assert_int_equal(tq_prof_write(p, &m, "/nonexistent-dir/p.json", err, sizeof err), -1);
     assert_non_null(strstr(err, "/nonexistent-dir/p.json"));
     tq_prof_free(p);
@@ -243,19 +252,14 @@ static void test_profiled_run_same_bits(void **state) {
     }
     assert_int_equal(a.ne, b.ne);
     for (int i = 0; i < a.ne; i++) assert_memory_equal(&a.evals[i].loss, &b.evals[i].loss, sizeof(double));
-    char *text = slurp(path);
-    assert_non_null(text);
-    cJSON *o = cJSON_Parse(text);
-    assert_non_null(o);
-    assert_true(cJSON_GetObjectItem(o, "steps_profiled")->valuedouble == 5);
-    assert_true(cJSON_GetObjectItem(o, "warmup_steps")->valuedouble == 3);
-    assert_true(cJSON_GetObjectItem(o, "accum_steps")->valuedouble == 2);
+    cJSON *o = load_json(path);
+    assert_true(num(o, "steps_profiled") == 5 && num(o, "warmup_steps") == 3 && num(o, "accum_steps") == 2);
     /* per step: each of cnn's two convolutions runs forward and backward-filter once per micro-batch */
     double fwd = 0, bwdf = 0, evals = 0;
     cJSON *it;
     cJSON_ArrayForEach(it, cJSON_GetObjectItem(o, "ops")) {
         const char *op = cJSON_GetObjectItem(it, "op")->valuestring;
-        double k = cJSON_GetObjectItem(it, "calls_per_step")->valuedouble;
+        double k = num(it, "calls_per_step");
         if (!strcmp(op, "conv_fwd")) fwd += k;
         if (!strcmp(op, "conv_bwd_filter")) bwdf += k;
         if (!strcmp(op, "softmax_ce_eval") || !strcmp(op, "bn_fwd_infer")) evals += k;
@@ -266,7 +270,6 @@ static void test_profiled_run_same_bits(void **state) {
     assert_true(fwd == 4 && bwdf == 4);
     assert_true(evals == 0);   /* the evaluations stay out of the profile */
     cJSON_Delete(o);
-    free(text);
 
     /* the step on the device asked for: the profile issues it from the host, same bits */
     setenv("TQ_DEVICE_STEP", "1", 1);
