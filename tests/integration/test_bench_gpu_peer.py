@@ -184,3 +184,32 @@ def test_graphs_stage_mechanics_on_the_cpu(tmp_path):
     rows = [l for l in md.splitlines() if l.startswith("| resnet20 ") or l[:8] in ("| off | ", "| conv |", "| all | ")]
     assert len(rows) == 2 + 3 + 1 and all(l.endswith("|") for l in rows), rows
     assert sum("PASS" in l for l in rows) == 6 and "Stage: **PASS**" in md
+
+
+def test_bundle_tarball_unpacked_when_the_directory_is_missing(tmp_path):
+    """scripts/gpu-bundle's DIR.tar.xz stands in for DIR (a device run carries 64 MiB, the
+    directory is ~110 MB): unpacked beside it once, left alone when DIR exists, refused when it
+    holds anything but DIR/ (another top directory, a path out of it)."""
+    import tarfile
+    gc = load_gpu_check()
+    src = tmp_path / "src" / "gpu-bundle" / "bin"
+    src.mkdir(parents=True)
+    (src / "trainq").write_text("#!/bin/sh\n")
+    dest = tmp_path / "there"
+    dest.mkdir()
+    with tarfile.open(dest / "gpu-bundle.tar.xz", "w:xz") as t:
+        t.add(tmp_path / "src" / "gpu-bundle", arcname="gpu-bundle")
+    gc.unpack_bundle(str(dest / "gpu-bundle"))
+    assert (dest / "gpu-bundle" / "bin" / "trainq").read_text() == "#!/bin/sh\n"
+    (dest / "gpu-bundle" / "bin" / "trainq").write_text("kept")
+    gc.unpack_bundle(str(dest / "gpu-bundle"))           # the directory is there: not unpacked again
+    assert (dest / "gpu-bundle" / "bin" / "trainq").read_text() == "kept"
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    with tarfile.open(bad / "gpu-bundle.tar.xz", "w:xz") as t:
+        t.add(tmp_path / "src" / "gpu-bundle", arcname="gpu-bundle")
+        t.add(tmp_path / "src" / "gpu-bundle", arcname="other")
+    with pytest.raises(RuntimeError, match="expected one directory gpu-bundle/"):
+        gc.unpack_bundle(str(bad / "gpu-bundle"))
+    assert not (bad / "gpu-bundle").exists() and not (bad / "other").exists()
+    gc.unpack_bundle(str(tmp_path / "nowhere" / "gpu-bundle"))   # neither there: nothing to do
