@@ -14,7 +14,7 @@ struct tq_prof {
     const tq_backend_i *in;      /* the backend's own table */
     tq_backend_i tab;            /* in, with the timed ops in front */
     int on, attached, sorted;
-    double sync_ms;
+    double floor_ms;             /* the cheapest op between syncs: taken off each call for the rates */
     tq_prof_entry *e;
     int n, cap;
     int32_t *slot;               /* open addressing over e[], -1 empty; nslot a power of two */
@@ -352,12 +352,14 @@ static int cmp_double(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-/* What a sync and a clock read cost on this backend: the median of 31 back-to-back pairs. */
-static double measure_sync(tq_backend *be, const tq_backend_i *in) {
+/* What the cheapest op costs between syncs on this backend, the median of 31: a 4-byte memset0
+ * of scratch (its launch, the sync, the clock reads), or without scratch a sync alone. */
+static double measure_floor(tq_backend *be, const tq_backend_i *in, void *scratch4) {
     double v[31];
     in->sync(be);
     for (int k = 0; k < 31; k++) {
         double t = tq_mono_ms();
+        if (scratch4) in->memset0(be, scratch4, 4);
         in->sync(be);
         v[k] = tq_mono_ms() - t;
     }
@@ -365,7 +367,7 @@ static double measure_sync(tq_backend *be, const tq_backend_i *in) {
     return v[15];
 }
 
-tq_prof *tq_prof_attach(tq_backend *be) {
+tq_prof *tq_prof_attach(tq_backend *be, void *scratch4) {
     tq_prof *p = calloc(1, sizeof *p);
     if (!p) return NULL;
     p->be = be;
@@ -384,7 +386,7 @@ tq_prof *tq_prof_attach(tq_backend *be) {
     t->sgd_step = w_sgd_step; t->sgd_step_dyn = w_sgd_step_dyn;
     t->adamw_step = w_adamw_step; t->adamw_step_dyn = w_adamw_step_dyn; t->step_end = w_step_end;
     t->load_batch = w_load_batch;
-    p->sync_ms = measure_sync(be, p->in);
+    p->floor_ms = measure_floor(be, p->in, scratch4);
     be->prof = p;
     be->i = &p->tab;
     p->attached = 1;
@@ -481,7 +483,7 @@ static totals sum_up(tq_prof *p) {
 
 /* The time of one call without the sync around it, for the rates; 0 when the sync was all. */
 static double net_ms(const tq_prof *p, const tq_prof_entry *x) {
-    double ms = x->ms / (double)x->calls - p->sync_ms;
+    double ms = x->ms / (double)x->calls - p->floor_ms;
     return ms > 0 ? ms : 0;
 }
 
@@ -503,9 +505,10 @@ int tq_prof_write(tq_prof *p, const tq_prof_meta *m, const char *path, char *err
     cJSON_AddNumberToObject(o, "step_ms_mean", t.step_mean);
     cJSON_AddNumberToObject(o, "step_ms_median", t.step_med);
     cJSON_AddNumberToObject(o, "op_ms_per_step", t.op_ms * per);
-    cJSON_AddNumberToObject(o, "sync_ms", p->sync_ms);
+    cJSON_AddNumberToObject(o, "floor_ms", p->floor_ms);
     cJSON_AddStringToObject(o, "method", "each op timed on the host clock with the backend synchronized before and "
-                                         "after it (its launch included); rates use the time less sync_ms per call; "
+                                         "after it (its launch included); rates use the time less floor_ms per call (the "
+                                         "cheapest op, a 4-byte memset, between syncs); "
                                          "bytes: the least traffic the op needs (inputs read once, outputs written "
                                          "once); flops: 2 per multiply-add");
     for (int k = 0; k < NKINDS; k++) cJSON_AddNumberToObject(kinds, KINDS[k], t.kind_ms[k] * per);
@@ -573,8 +576,8 @@ void tq_prof_print(tq_prof *p, const tq_prof_meta *m, FILE *f, int top) {
     }
     double per = 1.0 / t.steps;
     fprintf(f, "trainq: profile of %lld steps after %d warm-up (%s, %s, %s, batch %d x %d, %d threads): every op "
-               "timed between syncs, sync %.4f ms\n", p->steps, m->warmup_steps, m->device, m->model, m->amp,
-            m->batch_size, m->accum_steps, m->threads, p->sync_ms);
+               "timed between syncs, floor %.4f ms\n", p->steps, m->warmup_steps, m->device, m->model, m->amp,
+            m->batch_size, m->accum_steps, m->threads, p->floor_ms);
     fprintf(f, "  step %.3f ms (mean; median %.3f), ops %.3f ms/step, outside the ops %.3f ms/step\n  by kind:",
             t.step_mean, t.step_med, t.op_ms * per, t.step_mean - t.op_ms * per);
     for (int k = 0; k < NKINDS; k++)

@@ -10,8 +10,9 @@
  * Per (op, dtype, shape) it keeps calls and time, and what the op must do: the FLOPs of
  * convolutions and linear layers (2 per multiply-add), and for every op the least memory
  * traffic it needs (each input read once, each output written once, an accumulated output
- * read too), from which the report gives GFLOP/s and GB/s. sync_ms, the cost of a sync and a
- * clock read on this backend, measured at attach, is taken off each call's time for the rates.
+ * read too), from which the report gives GFLOP/s and GB/s. floor_ms, what the cheapest op costs
+ * between syncs on this backend (a 4-byte memset0 of the caller's scratch: its launch, the
+ * sync, the clock reads), measured at attach, is taken off each call's time for the rates.
  * The trainer counts steps (tq_prof_step) so that the report is per step.
  *
  * Not thread-safe: one backend, one thread, as the backends themselves. Never exits. */
@@ -30,8 +31,9 @@ typedef struct {
     double flops, bytes;     /* per call */
 } tq_prof_entry;
 
-/* NULL when out of memory (the backend is left as it was). */
-tq_prof *tq_prof_attach(tq_backend *be);
+/* NULL when out of memory (the backend is left as it was). scratch4: 4 bytes of the backend's
+ * memory the calibration may zero (NULL: calibrate with syncs alone). */
+tq_prof *tq_prof_attach(tq_backend *be, void *scratch4);
 /* Time the ops from now on (1) or pass them through untimed (0, the state after attach). */
 void tq_prof_set(tq_prof *p, int on);
 /* One profiled step ended; step_ms is its time as the trainer measured it. */

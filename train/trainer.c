@@ -869,7 +869,8 @@ int tq_train(const tq_spec *sp, const tq_run_opts *o, tq_summary *sum) {
         /* the first steps plan, benchmark and warm up: left out when there are steps to spare */
         int64_t here = total - start, warm = here / 2 < 3 ? here / 2 : 3;
         r.prof_from = start + warm;
-        if (!(r.prof = tq_prof_attach(be))) { fail(sum, TQ_ERR_OUT_OF_MEMORY, "out of host memory for the profile"); rc = TQ_ENOMEM; goto done; }
+        /* scalars: zeroed again at every step's start, so the calibration may use them */
+        if (!(r.prof = tq_prof_attach(be, r.e.scalars))) { fail(sum, TQ_ERR_OUT_OF_MEMORY, "out of host memory for the profile"); rc = TQ_ENOMEM; goto done; }
     }
     rc = dsm ? ds_train(&L, start) : host_train(&L, start);   /* the step on the device: cuda_graphs */
     if (r.prof) {

@@ -57,8 +57,10 @@ static void test_ops_timed_and_unchanged(void **state) {
     for (size_t i = 0; i < nw; i++) w[i] = frand();
     assert_int_equal(own->conv_fwd(be, &d, TQ_F32, y1, x, w, NULL, ws, ws_bytes), 0);
 
-    tq_prof *p = tq_prof_attach(be);
+    float scratch = 7.0f;
+    tq_prof *p = tq_prof_attach(be, &scratch);   /* calibrates on it, untimed: no entry */
     assert_non_null(p);
+    assert_true(scratch == 0.0f);
     assert_ptr_not_equal(be->i, own);
     assert_ptr_equal(be->prof, p);
     assert_int_equal(be->i->conv_fwd(be, &d, TQ_F32, y2, x, w, NULL, ws, ws_bytes), 0);   /* off: passes through */
@@ -116,7 +118,7 @@ static void test_many_shapes_found_after_sorting(void **state) {
     assert_non_null(be);
     float *v = calloc(700, 4);
     assert_non_null(v);
-    tq_prof *p = tq_prof_attach(be);
+    tq_prof *p = tq_prof_attach(be, NULL);
     assert_non_null(p);
     tq_prof_set(p, 1);
     for (int round = 0; round < 3; round++) {
@@ -172,7 +174,7 @@ static void test_json_report(void **state) {
     tq_backend *be = tq_cpu_backend_new(1);
     float *v = calloc(64, 4);
     assert_true(be && v);
-    tq_prof *p = tq_prof_attach(be);
+    tq_prof *p = tq_prof_attach(be, NULL);
     assert_non_null(p);
     for (int s = 0; s < 2; s++) {
         tq_prof_set(p, 1);
