@@ -643,11 +643,20 @@ static int conv_bwd_filter_impl(tq_backend *be, const char *nm, const tq_conv_de
  * where it beats oneDNN's direct kernels (and its f32 copies of 16-bit data):
  * TQ_CPU_WINOGRAD=1 turns it on wherever the CPU has AVX2, FMA and F16C, =0 off; unset,
  * it is on where oneDNN runs and its best ISA is below AVX-512 (an AVX2 CPU, or
- * ONEDNN_MAX_CPU_ISA=AVX2), and for bf16 also on AVX-512 without AMX: there oneDNN 2.6's bf16
- * kernels ran these small-channel convolutions at 120-200 GFLOP/s against 245-340 for its
- * f32 ones (`trainq run --profile`, 2 Emerald Rapids cores), and Winograd made whole bf16
- * steps 1.25-1.30x faster (resnet20 and cnn, batch 64 and 128); for f32 and f16 oneDNN's
- * AVX-512 kernels stayed as fast or faster (0.83-1.05x). Decided once per backend. */
+ * ONEDNN_MAX_CPU_ISA=AVX2), and for bf16 also on Intel CPUs with AVX-512 but without AMX:
+ * there oneDNN 2.6's bf16 kernels ran these small-channel convolutions at 120-200 GFLOP/s
+ * against 245-340 for its f32 ones (`trainq run --profile`, 2 Emerald Rapids cores, where a
+ * zmm VDPBF16PS issues at half the rate of a zmm FMA: 0.27 against 0.135 ns an instruction
+ * in a loop of independent ones, 118 multiply-adds a ns either way), and
+ * Winograd made whole bf16 steps 1.25-1.31x faster (resnet20 and cnn, batch 64 and 128); for
+ * f32 and f16 oneDNN's AVX-512 kernels stayed as fast or faster (0.83-1.05x). AMD's Zen 4
+ * keeps oneDNN's bf16 kernels: there they ran resnet20 bf16 1.5x as fast as fp32
+ * (docs/benchmarks.md), ahead of anything f32 arithmetic can do. Decided once per backend. */
+static int cpu_is_intel(void) {
+    unsigned a, b, c, d;
+    return __get_cpuid(0, &a, &b, &c, &d) && b == 0x756e6547u && d == 0x49656e69u && c == 0x6c65746eu;   /* GenuineIntel */
+}
+
 static int wino_use(tq_backend *be, const tq_conv_desc *d, tq_dtype dt) {
     tq_cpu_ctx *cx = be->ctx;
     if (!cx || !tq_cpu_wino_fits(d)) return 0;   /* dt: checked by geom, as every caller does first */
@@ -660,7 +669,7 @@ static int wino_use(tq_backend *be, const tq_conv_desc *d, tq_dtype dt) {
         else if (!(env && env[0] == '1' && env[1] == 0)) {
             int below = tq_dnnl_below_avx512(be);
             on = on && below;
-            on_bf16 = on_bf16 && (below || !tq_dnnl_has_amx(be));
+            on_bf16 = on_bf16 && (below || (!tq_dnnl_has_amx(be) && cpu_is_intel()));
         }
         cx->wino = on ? 1 : 2;
         cx->wino_bf16 = on_bf16 ? 1 : 2;

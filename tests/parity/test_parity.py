@@ -78,7 +78,7 @@ CASES = {
 }
 # The same two resnet20 cases with trainq's Winograd 3×3 convolutions forced on
 # (TQ_CPU_WINOGRAD=1; by default they run in fp32 only where oneDNN has no AVX-512, and CI's
-# machines have it; bf16 cases take them wherever oneDNN has no AMX): a whole training run
+# machines have it; bf16 cases take them on Intel CPUs where oneDNN has no AMX): a whole training run
 # through them must match PyTorch as closely as oneDNN's.
 for _n in ("resnet20", "resnet20-1step"):
     CASES[_n + "-winograd"] = dict(CASES[_n], env={"TQ_CPU_WINOGRAD": "1"}, needs_avx2=True)
