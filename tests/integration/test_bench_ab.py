@@ -1,0 +1,42 @@
+"""bench/ab: trainq against itself under two environments, interleaved rounds (never a speed):
+the table and the JSON carry every round of both sides and their paired ratios; a run that fails
+is named and makes the exit status 1; a malformed environment is refused."""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+AB = REPO / "bench" / "ab"
+
+
+def ab(*args):
+    return subprocess.run([sys.executable, str(AB)] + list(args), stdin=subprocess.DEVNULL,
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_two_environments_paired(trainq, tmp_path):
+    r = ab("-", "TQ_FUSE=0,TQ_CPU_WINOGRAD=", "--models", "cnn", "--batches", "8", "--amps", "off,bf16",
+           "--rounds", "2", "--steps", "7", "--trainq", trainq, "--json", str(tmp_path / "ab.json"))
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "A: (unchanged); B: TQ_FUSE=0, TQ_CPU_WINOGRAD=" in r.stdout
+    rows = [l for l in r.stdout.splitlines() if l.startswith("| cnn | 8 |")]
+    assert len(rows) == 2 and "| fp32 |" in rows[0] and "| bf16 |" in rows[1]
+    assert all("×" in l for l in rows)
+    d = json.loads((tmp_path / "ab.json").read_text())
+    assert d["b"] == {"TQ_FUSE": "0", "TQ_CPU_WINOGRAD": ""} and d["rounds"] == 2
+    for c in d["cells"]:
+        assert len(c["A"]) == 2 and len(c["B"]) == 2 and len(c["ratio"]) == 2 and not c["errors"]
+        assert all(x > 0 for x in c["A"] + c["B"])
+        assert c["ratio"][0] == pytest.approx(c["B"][0] / c["A"][0])
+
+
+def test_failures_and_bad_arguments(tmp_path):
+    r = ab("-", "-", "--models", "cnn", "--batches", "8", "--amps", "off", "--rounds", "1", "--steps", "7",
+           "--trainq", "/bin/false")
+    assert r.returncode == 1 and "round 1 A:" in r.stdout and "| cnn | 8 | fp32 | — | — | — |" in r.stdout
+    bad = ab("TQ_FUSE", "-")
+    assert bad.returncode == 2 and "NAME=VALUE" in bad.stderr
+    assert ab("-", "-", "--steps", "5").returncode == 2
