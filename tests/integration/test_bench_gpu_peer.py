@@ -213,3 +213,13 @@ def test_bundle_tarball_unpacked_when_the_directory_is_missing(tmp_path):
         gc.unpack_bundle(str(bad / "gpu-bundle"))
     assert not (bad / "gpu-bundle").exists() and not (bad / "other").exists()
     gc.unpack_bundle(str(tmp_path / "nowhere" / "gpu-bundle"))   # neither there: nothing to do
+
+
+def test_profile_step_skipped_out_of_budget():
+    """The graphs stage's profile step gives way when the budget is spent: said, not failed."""
+    gc = load_gpu_check()
+    gc.BUDGET = 0.0
+    rec = gc.profile_step("/nonexistent/trainq", {}, "/nonexistent")
+    assert rec["skipped"] == "out of budget" and rec["pass"] is True and rec["model"] == "resnet50"
+    md = "\n".join(gc.profile_report(rec))
+    assert "resnet50 batch 128 fp16" in md and "Not run: out of budget (`--graphs-only` runs it)." in md
