@@ -30,8 +30,10 @@ static uint64_t fnv(uint64_t h, const char *s) {
     return (h ^ 0xff) * 1099511628211ULL;   /* a separator, so that "ab"+"c" != "a"+"bc" */
 }
 
-/* The slots rebuilt at ns (a power of two over twice the entries); -1 when out of memory. */
+/* The slots rebuilt at ns or more (a power of two, over twice the entries); -1 when out of
+ * memory. */
 static int rehash(tq_prof *p, int ns) {
+    while (ns < 2 * (p->n + 1)) ns *= 2;
     int32_t *s = malloc(sizeof *s * (size_t)ns);
     if (!s) return -1;
     for (int i = 0; i < ns; i++) s[i] = -1;
