@@ -22,6 +22,7 @@ def test_two_environments_paired(trainq, tmp_path):
            "--rounds", "2", "--steps", "7", "--trainq", trainq, "--json", str(tmp_path / "ab.json"))
     assert r.returncode == 0, r.stderr[-2000:]
     assert "A: (unchanged); B: TQ_FUSE=0, TQ_CPU_WINOGRAD=" in r.stdout
+    assert "AVX2 " in r.stdout and "AMX" in r.stdout   # the CPU's vector extensions, yes or no
     rows = [l for l in r.stdout.splitlines() if l.startswith("| cnn | 8 |")]
     assert len(rows) == 2 and "| fp32 |" in rows[0] and "| bf16 |" in rows[1]
     assert all("×" in l for l in rows)

@@ -174,7 +174,7 @@ def test_graphs_stage_mechanics_on_the_cpu(tmp_path):
     t = g["timing"][0]
     assert t["pass"] and t["on"]["cuda_graphs"] == ["not_cuda", "not_cuda"] and t["speedup"] > 0
     prof = g["profile"]
-    assert prof["pass"] and prof["rc"] == 0 and prof["profile"]["model"] == "resnet20"
+    assert prof["pass"] and prof["state"] == "succeeded" and prof["profile"]["model"] == "resnet20"
     assert prof["profile"]["steps_profiled"] == 3 and prof["profile"]["ops"][0]["ms_per_step"] > 0
     md = report.read_text()
     assert "### Where the step goes: `trainq run --profile`, resnet20 batch 8 fp16" in md
