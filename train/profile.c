@@ -72,7 +72,6 @@ static tq_prof_entry *entry(tq_prof *p, const char *op, const char *kind, const 
     snprintf(x->shape, sizeof x->shape, "%s", shape);
     x->kind = kind;
     p->slot[i] = p->n++;
-    p->sorted = 0;
     return x;
 }
 
@@ -94,7 +93,7 @@ static void t_end(tq_prof *p, double t0, const char *op, const char *kind, const
     if (!x) return;   /* out of memory: the call goes uncounted, the run goes on */
     x->calls++;
     x->ms += ms;
-    p->sorted = 0;
+    p->sorted = 0;   /* new entry or new time: the order is stale */
     x->flops = flops;
     x->bytes = bytes;
 }

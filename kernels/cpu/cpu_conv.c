@@ -648,7 +648,8 @@ static int conv_bwd_filter_impl(tq_backend *be, const char *nm, const tq_conv_de
  * against 245-340 for its f32 ones (`trainq run --profile`, 2 Emerald Rapids cores, where a
  * zmm VDPBF16PS issues at half the rate of a zmm FMA: 0.27 against 0.135 ns an instruction
  * in a loop of independent ones, 118 multiply-adds a ns either way), and
- * Winograd made whole bf16 steps 1.25-1.31x faster (resnet20 and cnn, batch 64 and 128); for
+ * Winograd made whole bf16 steps 1.22-1.34x faster (resnet20 and cnn, batch 64 and 128;
+ * bench/ab TQ_CPU_WINOGRAD=0 TQ_CPU_WINOGRAD=1 --amps bf16 --rounds 9); for
  * f32 and f16 oneDNN's AVX-512 kernels stayed as fast or faster (0.83-1.05x). AMD's Zen 4
  * keeps oneDNN's bf16 kernels: there they ran resnet20 bf16 1.5x as fast as fp32
  * (docs/benchmarks.md), ahead of anything f32 arithmetic can do. Decided once per backend. */
