@@ -102,7 +102,7 @@ static int geom(tq_backend *be, const char *op, const tq_conv_desc *d, tq_dtype 
 }
 
 static size_t up16(size_t f) { return (f + 15) / 16 * 16; }
-static int wino_use(tq_backend *be, const tq_conv_desc *d, tq_dtype dt);
+static int wino_use(tq_backend *be, const tq_conv_desc *d);
 
 /* bwd_data of a stride-1 convolution (pad <= R−1, S−1) is the forward convolution of dy with
  * the flipped, channel-transposed kernel W'[c][r][s][k] = W[k][R−1−r][S−1−s][c] and padding
@@ -183,7 +183,7 @@ static size_t conv_ws_impl(tq_backend *be, const tq_conv_desc *d, tq_dtype dt, i
     size_t m = 0;
     for (int op = OP_FWD; op <= OP_BWD_FILTER; op++) {
         size_t b;
-        if (!lin && wino_use(be, d, dt)) {
+        if (!lin && wino_use(be, d)) {
             b = tq_cpu_wino_ws(d, op, tq_cpu_nt(be));
             if (b > m) m = b;
             continue;
@@ -643,39 +643,23 @@ static int conv_bwd_filter_impl(tq_backend *be, const char *nm, const tq_conv_de
  * where it beats oneDNN's direct kernels (and its f32 copies of 16-bit data):
  * TQ_CPU_WINOGRAD=1 turns it on wherever the CPU has AVX2, FMA and F16C, =0 off; unset,
  * it is on where oneDNN runs and its best ISA is below AVX-512 (an AVX2 CPU, or
- * ONEDNN_MAX_CPU_ISA=AVX2), and for bf16 also on Intel CPUs with AVX-512 but without AMX:
- * there oneDNN 2.6's bf16 kernels ran these small-channel convolutions at 120-200 GFLOP/s
- * against 245-340 for its f32 ones (`trainq run --profile`, 2 Emerald Rapids cores, where a
- * zmm VDPBF16PS issues at half the rate of a zmm FMA: 0.27 against 0.135 ns an instruction
- * in a loop of independent ones, 118 multiply-adds a ns either way), and
- * Winograd made whole bf16 steps 1.22-1.34x faster (resnet20 and cnn, batch 64 and 128;
- * bench/ab TQ_CPU_WINOGRAD=0 TQ_CPU_WINOGRAD=1 --amps bf16 --rounds 9); for
- * f32 and f16 oneDNN's AVX-512 kernels stayed as fast or faster (0.83-1.05x). AMD's Zen 4
- * keeps oneDNN's bf16 kernels: there they ran resnet20 bf16 1.5x as fast as fp32
- * (docs/benchmarks.md), ahead of anything f32 arithmetic can do. Decided once per backend. */
-static int cpu_is_intel(void) {
-    unsigned a, b, c, d;
-    return __get_cpuid(0, &a, &b, &c, &d) && b == 0x756e6547u && d == 0x49656e69u && c == 0x6c65746eu;   /* GenuineIntel */
-}
-
-static int wino_use(tq_backend *be, const tq_conv_desc *d, tq_dtype dt) {
+ * ONEDNN_MAX_CPU_ISA=AVX2). With AVX-512, oneDNN's f32 kernels stayed as fast or faster
+ * (0.83-1.05x, f32 and f16 steps); bf16 ran on Winograd for a while on Intel CPUs without AMX
+ * (1.22-1.34x oneDNN's bf16 kernels there) until oneDNN's f32 primitives on f32 chunks of the
+ * bf16 data (cpu_dnnl.c, bf16_via_f32) beat both. Decided once per backend. */
+static int wino_use(tq_backend *be, const tq_conv_desc *d) {
     tq_cpu_ctx *cx = be->ctx;
     if (!cx || !tq_cpu_wino_fits(d)) return 0;   /* dt: checked by geom, as every caller does first */
     if (!cx->wino) {
         const char *env = getenv("TQ_CPU_WINOGRAD");
         unsigned a, b, c, dd;   /* F16C: CPUID 1, ECX bit 29 (clang's builtin does not know it) */
         int f16c = __get_cpuid(1, &a, &b, &c, &dd) && (c >> 29 & 1u);
-        int on = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && f16c, on_bf16 = on;
-        if (env && env[0] == '0' && env[1] == 0) on = on_bf16 = 0;
-        else if (!(env && env[0] == '1' && env[1] == 0)) {
-            int below = tq_dnnl_below_avx512(be);
-            on = on && below;
-            on_bf16 = on_bf16 && (below || (!tq_dnnl_has_amx(be) && cpu_is_intel()));
-        }
+        int on = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && f16c;
+        if (env && env[0] == '0' && env[1] == 0) on = 0;
+        else if (!(env && env[0] == '1' && env[1] == 0)) on = on && tq_dnnl_below_avx512(be);
         cx->wino = on ? 1 : 2;
-        cx->wino_bf16 = on_bf16 ? 1 : 2;
     }
-    return (dt == TQ_BF16 ? cx->wino_bf16 : cx->wino) == 1;
+    return cx->wino == 1;
 }
 
 static int wino_ws_ok(tq_backend *be, const char *op, const tq_conv_desc *d, int kind,
@@ -694,7 +678,7 @@ int tq_cpu_conv_fwd(tq_backend *be, const tq_conv_desc *d, tq_dtype dt, void *y,
                     const void *w, const float *bias, void *ws, size_t ws_bytes) {
     cgeom g;
     if (!geom(be, "conv_fwd", d, dt, &g)) {
-        if (wino_use(be, d, dt))
+        if (wino_use(be, d))
             return wino_ws_ok(be, "conv_fwd", d, OP_FWD, ws_bytes, ws)
                        ? tq_cpu_wino_fwd(tq_cpu_nt(be), d, dt, y, x, w, bias, ws) : TQ_EINVAL;
         int rc = tq_dnnl_conv_fwd(be, d, dt, y, x, w, bias, ws, ws_bytes);
@@ -706,7 +690,7 @@ int tq_cpu_conv_bwd_data(tq_backend *be, const tq_conv_desc *d, tq_dtype dt, voi
                          float beta, const void *dy, const void *w, void *ws, size_t ws_bytes) {
     cgeom g;
     if (!geom(be, "conv_bwd_data", d, dt, &g)) {
-        if (wino_use(be, d, dt))
+        if (wino_use(be, d))
             return wino_ws_ok(be, "conv_bwd_data", d, OP_BWD_DATA, ws_bytes, ws)
                        ? tq_cpu_wino_bwd_data(tq_cpu_nt(be), d, dt, dx, beta, dy, w, ws) : TQ_EINVAL;
         int rc = tq_dnnl_conv_bwd_data(be, d, dt, dx, beta, dy, w, ws, ws_bytes);
@@ -718,7 +702,7 @@ int tq_cpu_conv_bwd_filter(tq_backend *be, const tq_conv_desc *d, tq_dtype dt, f
                            float *db, const void *x, const void *dy, void *ws, size_t ws_bytes) {
     cgeom g;
     if (!geom(be, "conv_bwd_filter", d, dt, &g)) {
-        if (wino_use(be, d, dt))
+        if (wino_use(be, d))
             return wino_ws_ok(be, "conv_bwd_filter", d, OP_BWD_FILTER, ws_bytes, ws)
                        ? tq_cpu_wino_bwd_filter(tq_cpu_nt(be), d, dt, dw, db, x, dy, ws) : TQ_EINVAL;
         int rc = tq_dnnl_conv_bwd_filter(be, d, dt, dw, db, x, dy, ws, ws_bytes);

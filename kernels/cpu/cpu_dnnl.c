@@ -1,6 +1,6 @@
 /* cpu_dnnl.c — f32 and bf16 convolutions and linear layers through oneDNN (libdnnl 2.x, C API,
- * OpenMP runtime); f16 ones, and bf16 ones on CPUs without bf16 kernels, through its f32
- * primitives.
+ * OpenMP runtime); f16 ones, and bf16 ones where its bf16 kernels are missing or slow, through
+ * its f32 primitives.
  *
  * Layouts: activations NHWC (oneDNN tag nhwc), weights KRSC (tag ohwi). Primitives pick their
  * own weights layout (format_tag_any); the weights are reordered into it on every call (they
@@ -39,15 +39,17 @@
  *
  * Types: x, y, w, dx, dy in the op's dtype (f32 or bf16; oneDNN accumulates bf16 in f32 and
  * rounds the outputs to nearest even, as the im2col path does); bias, dw, db always f32. f16
- * (and bf16 where oneDNN has no bf16 kernels: CPUs without AVX-512) runs the f32 primitives on
+ * (and bf16 where oneDNN has no bf16 kernels, CPUs without AVX-512, or where they are slower than
+ * its f32 ones, Intel CPUs without AMX: bf16_via_f32) runs the f32 primitives on
  * f32 copies of a few images at a time (the end of this file): oneDNN 2.6 has no f16
  * convolutions on CPUs without AVX512-FP16, and where it has them their accumulation is not
  * ours to check. Linear layers run inner products through the same machinery
- * (the end of this file), f16 ones (and bf16 ones without bf16 kernels) in f32 chunks too.
+ * (the end of this file), f16 ones (and bf16 ones that take the f32 route) in f32 chunks too.
  *
  * TQ_CPU_DNNL=0 in the environment (read when the backend first needs oneDNN) turns this off:
  * every convolution runs the im2col path.
  */
+#include <cpuid.h>
 #include <omp.h>
 #include <stdlib.h>
 #include <string.h>
@@ -95,6 +97,7 @@ struct tq_dnnl {
     dnnl_engine_t eng;
     dnnl_stream_t st;
     dconv *list;
+    int bf16_f32;                 /* bf16 through the f32 primitives: 0 not decided yet, 1 yes, 2 no */
 };
 
 static size_t up64(size_t b) { return (b + 63) / 64 * 64; }
@@ -815,14 +818,47 @@ static int c32_op(tq_backend *be, const tq_conv_desc *d, tq_dtype dt, int ip, in
     return rc;
 }
 
+/* bf16 through the f32 primitives even where oneDNN has bf16 kernels: on Intel CPUs where its
+ * best ISA is AVX-512 without AMX. There (2 Emerald Rapids cores, resnet20 batch 128, `trainq
+ * run --profile`) its bf16 kernels ran the 3×3 convolutions of 16-64 channels at 97-192
+ * GFLOP/s, the same convolutions in f32 chunks at 123-306, and whole bf16 steps took 171 ms
+ * against 120; `bench/ab TQ_CPU_BF16_F32=0,TQ_CPU_WINOGRAD=1 - --amps bf16 --rounds 7` (the rule
+ * before, Winograd for the 3×3 ones) gave resnet20 1.14-1.15x, cnn 0.97-1.00x. A zmm VDPBF16PS
+ * issues at half the rate of a zmm FMA there (0.27 against 0.135 ns an instruction), 118
+ * multiply-adds a ns either way, so bf16 dot products do no more arithmetic than f32 FMAs and
+ * oneDNN's bf16 kernels use them less well; on Intel CPUs with AVX-512 but no BF16 instructions
+ * (Skylake to Ice Lake) oneDNN 2.6 emulates bf16. AMX keeps oneDNN's tile kernels (2-3x its f32
+ * ones), AMD's Zen 4 its bf16 kernels (resnet20 bf16 1.5x its fp32 there: docs/benchmarks.md),
+ * and below AVX-512 oneDNN 2.6 has no bf16 kernels at all. TQ_CPU_BF16_F32=1 forces the f32
+ * route wherever oneDNN runs, =0 keeps oneDNN's bf16 kernels wherever it has them. Decided
+ * once per backend. */
+static int cpu_is_intel(void) {
+    unsigned a, b, c, d;
+    return __get_cpuid(0, &a, &b, &c, &d) && b == 0x756e6547u && d == 0x49656e69u && c == 0x6c65746eu;   /* GenuineIntel */
+}
+
+static int bf16_via_f32(tq_backend *be) {
+    tq_dnnl *D = get_ctx(be);
+    if (!D) return 0;
+    if (!D->bf16_f32) {
+        const char *env = getenv("TQ_CPU_BF16_F32");
+        int on;
+        if (env && (env[0] == '0' || env[0] == '1') && env[1] == 0) on = env[0] == '1';
+        else on = !tq_dnnl_below_avx512(be) && !tq_dnnl_has_amx(be) && cpu_is_intel();
+        D->bf16_f32 = on ? 1 : 2;
+    }
+    return D->bf16_f32 == 1;
+}
+
 /* ---- the entry points: f32 and bf16 directly, f16 (and bf16 without native kernels) in f32
  * chunks; convolutions, and linear layers as inner products ---- */
 
-/* the type's ops run in f32 chunks: f16 always, bf16 where oneDNN has no bf16 primitive for the
- * descriptor and kind on this CPU (decided once per descriptor: lookup caches the outcome) */
+/* the type's ops run in f32 chunks: f16 always, bf16 where bf16_via_f32 says so or oneDNN has no
+ * bf16 primitive for the descriptor and kind on this CPU (decided once per descriptor: lookup
+ * caches the outcome) */
 static int via_f32(tq_backend *be, const tq_conv_desc *d, tq_dtype dt, int ip, int kind) {
     tq_dnnl *D;
-    return dt == TQ_F16 || (dt == TQ_BF16 && !lookup(be, d, dt, ip, kind, &D));
+    return dt == TQ_F16 || (dt == TQ_BF16 && (bf16_via_f32(be) || !lookup(be, d, dt, ip, kind, &D)));
 }
 
 static int need_any(tq_backend *be, const tq_conv_desc *d, tq_dtype dt, int ip, int kind,

@@ -63,7 +63,7 @@ typedef struct tq_dnnl tq_dnnl;
 typedef struct {
     tq_dnnl *dnnl;      /* oneDNN engine, stream and primitive cache (created on first use) */
     int dnnl_off;       /* oneDNN unavailable or turned off (TQ_CPU_DNNL=0) */
-    int wino, wino_bf16;   /* Winograd 3×3 convolutions (f32/f16, bf16): 0 not decided yet, 1 on, 2 off */
+    int wino;           /* Winograd 3×3 convolutions: 0 not decided yet, 1 on, 2 off */
     unsigned char fetch[TQ_FETCH_SLOTS][TQ_FETCH_BYTES];   /* fetch_begin's slots (copied at once) */
     double fetch_ms[TQ_FETCH_SLOTS];
 } tq_cpu_ctx;

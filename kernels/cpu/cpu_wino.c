@@ -11,8 +11,8 @@
  * products per (input, output) channel pair instead of 36 (2.25× fewer); the transforms are
  * additions over channels, which NHWC keeps contiguous, so every transform works on 8 channels
  * in one AVX2 register. oneDNN's own Winograd convolutions need AVX-512. cpu_conv.c decides
- * when these run (wino_use); on AVX-512 CPUs oneDNN's f32 kernels stay (faster there,
- * measured), but its bf16 ones without AMX were slower than these, so bf16 takes them there.
+ * when these run (wino_use); on AVX-512 CPUs oneDNN's kernels stay (faster there, measured: for
+ * bf16 on Intel CPUs without AMX, its f32 ones on f32 copies, cpu_dnnl.c).
  *
  * The three ops share one set of transforms (Lavin & Gray 2015, "Fast Algorithms for
  * Convolutional Neural Networks"; the backward forms by the transposition principle):

@@ -58,15 +58,15 @@ def test_report_files(native):
     assert data["meta"]["rounds_done"] == 2
     tq = data["meta"]["isa_check"]["trainq"]
     isa = tq["off"]["onednn_isa"] or ""
-    if "512" in isa:   # oneDNN at AVX-512 runs the f32 convolutions itself, and bf16 ones where it has AMX
-        assert "off" not in tq["winograd"] and tq["off"]["onednn_convs_winograd_shaped"] > 0
-        info = open("/proc/cpuinfo").read()
-        flags = next(l for l in info.splitlines() if l.startswith("flags")).split()
-        intel = "GenuineIntel" in info
+    if "512" in isa:   # oneDNN at AVX-512 runs every convolution itself, no Winograd
+        assert tq["winograd"] == [] and tq["off"]["onednn_convs_winograd_shaped"] > 0
+        assert "ran its own Winograd" not in body
+        intel = "GenuineIntel" in open("/proc/cpuinfo").read()
+        route = "through the f32 primitives on f32 copies of the bf16 data"
         if "AMX" in isa or not intel:   # AMX tiles, or a Zen 4's full-rate bf16 dot products
-            assert tq["winograd"] == [] and "ran its own Winograd" not in body
-        elif {"fma", "f16c"} <= set(flags):   # Intel without AMX: bf16 takes Winograd
-            assert tq["winograd"] == ["bf16"] and "in bf16, ran its own Winograd" in body
+            assert tq["bf16_via_f32"] is False and tq["bf16"]["onednn_convs_bf16"] > 0 and route not in body
+        else:   # Intel without AMX: bf16 in f32 chunks, oneDNN's f32 kernels
+            assert tq["bf16_via_f32"] is True and tq["bf16"]["onednn_convs_bf16"] == 0 and route in body
 
 
 def test_render_rewrites_the_section_from_the_json(native, tmp_path):
@@ -181,7 +181,7 @@ def test_avx2_emulation(tmp_path, trainq):
     flags = set(next(l for l in Path("/proc/cpuinfo").read_text().splitlines() if l.startswith("flags")).split())
     wino = "ran its own Winograd F(2×2, 3×3) kernels"
     if {"fma", "f16c"} <= flags:
-        assert ic["trainq"]["winograd"] == ["off", "bf16"], ic["trainq"]
+        assert ic["trainq"]["winograd"] == ["off", "bf16"] and ic["trainq"]["bf16_via_f32"] is True, ic["trainq"]
         assert ic["trainq"]["off"]["onednn_convs"] > 0 and ic["trainq"]["off"]["onednn_convs_winograd_shaped"] == 0
         assert wino in md
     # a run recorded before the probe saw it: a re-render says nothing about Winograd

@@ -529,6 +529,37 @@ static void test_conv_winograd(void **state) {
     be = keep;
 }
 
+/* bf16 through oneDNN's f32 primitives on f32 chunks (cpu_dnnl.c, bf16_via_f32: by default on
+ * Intel CPUs whose oneDNN has AVX-512 but no AMX, and below AVX-512), forced here
+ * (TQ_CPU_BF16_F32=1) on a backend of its own: the route really runs (bf16 asks for the
+ * workspace of f16's, which always takes it), and every convolution check holds through it,
+ * chunked (several chunks, a shorter last one) and whole, convolutions and linear layers. */
+static void test_conv_bf16_via_f32(void **state) {
+    (void)state;
+    static const conv_case cases[] = {
+        /* n  h   w   c   k  r  s st pad bias fd lin */
+        { 2, 5,  7,  3,  4, 3, 3, 1, 1, 1, 1, 0 },
+        { 3, 6,  6,  5,  6, 3, 3, 2, 1, 0, 1, 0 },
+        { 2, 4,  5,  8,  3, 1, 1, 1, 0, 1, 1, 0 },
+        { 11, 28, 28, 16, 16, 3, 3, 1, 1, 1, 0, 0 },   /* 50 KB images: several 1 MB chunks */
+        { 5, 1,  1,  7,  3, 1, 1, 1, 0, 1, 1, 1 },     /* a linear layer */
+    };
+    tq_backend *keep = be;
+    setenv("TQ_CPU_BF16_F32", "1", 1);
+    be = tq_cpu_backend_new(2);
+    assert_non_null(be);
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const conv_case *c = &cases[i];
+        tq_conv_desc d = { { c->n, c->h, c->w, c->c }, c->k, c->r, c->s, c->stride, c->pad };
+        if (!c->linear && !getenv("TQ_CPU_DNNL"))
+            assert_int_equal(be->i->conv_ws(be, &d, TQ_BF16), be->i->conv_ws(be, &d, TQ_F16));
+        run_conv_case(c);
+    }
+    tq_backend_free(be);
+    unsetenv("TQ_CPU_BF16_F32");
+    be = keep;
+}
+
 static void test_linear(void **state) {
     (void)state;
     conv_case c1 = { 5, 1, 1, 7, 3, 1, 1, 1, 0, 1, 1, 1 };
@@ -1435,7 +1466,7 @@ static int teardown(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        T(test_vtable_complete), T(test_alloc_accounting), T(test_conv), T(test_conv_chunked), T(test_conv_winograd),
+        T(test_vtable_complete), T(test_alloc_accounting), T(test_conv), T(test_conv_chunked), T(test_conv_winograd), T(test_conv_bf16_via_f32),
         T(test_linear), T(test_iface_complete), T(test_conv_bad_desc), T(test_bn), T(test_bn_large),
         T(test_bn_bwd_fused_is_the_chain), T(test_bn_deterministic), T(test_bn_bad), T(test_relu), T(test_add_accumulate),
         T(test_maxpool), T(test_maxpool_relu_is_the_pair), T(test_avgpool), T(test_softmax_ce), T(test_cast), T(test_conversions_reference),
