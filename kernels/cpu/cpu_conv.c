@@ -102,7 +102,7 @@ static int geom(tq_backend *be, const char *op, const tq_conv_desc *d, tq_dtype 
 }
 
 static size_t up16(size_t f) { return (f + 15) / 16 * 16; }
-static int wino_use(tq_backend *be, const tq_conv_desc *d);
+static int wino_use(tq_backend *be, const tq_conv_desc *d, tq_dtype dt);
 
 /* bwd_data of a stride-1 convolution (pad <= R−1, S−1) is the forward convolution of dy with
  * the flipped, channel-transposed kernel W'[c][r][s][k] = W[k][R−1−r][S−1−s][c] and padding
@@ -183,7 +183,7 @@ static size_t conv_ws_impl(tq_backend *be, const tq_conv_desc *d, tq_dtype dt, i
     size_t m = 0;
     for (int op = OP_FWD; op <= OP_BWD_FILTER; op++) {
         size_t b;
-        if (!lin && wino_use(be, d)) {
+        if (!lin && wino_use(be, d, dt)) {
             b = tq_cpu_wino_ws(d, op, tq_cpu_nt(be));
             if (b > m) m = b;
             continue;
@@ -639,28 +639,41 @@ static int conv_bwd_filter_impl(tq_backend *be, const char *nm, const tq_conv_de
     return TQ_OK;
 }
 
-/* Winograd F(2×2, 3×3) (cpu_wino.c) for the 3×3 stride-1 convolutions it fits (any dtype),
- * where it beats oneDNN's direct kernels (and its f32 copies of 16-bit data):
- * TQ_CPU_WINOGRAD=1 turns it on wherever the CPU has AVX2, FMA and F16C, =0 off; unset,
- * it is on where oneDNN runs and its best ISA is below AVX-512 (an AVX2 CPU, or
- * ONEDNN_MAX_CPU_ISA=AVX2). With AVX-512, oneDNN's f32 kernels stayed as fast or faster
- * (0.83-1.05x, f32 and f16 steps); bf16 ran on Winograd for a while on Intel CPUs without AMX
- * (1.22-1.34x oneDNN's bf16 kernels there) until oneDNN's f32 primitives on f32 chunks of the
- * bf16 data (cpu_dnnl.c, bf16_via_f32) beat both. Decided once per backend. */
-static int wino_use(tq_backend *be, const tq_conv_desc *d) {
+/* Winograd F(2×2, 3×3) (cpu_wino.c) for the 3×3 stride-1 convolutions it fits, where it beats
+ * oneDNN's direct kernels (and its f32 copies of 16-bit data). TQ_CPU_WINOGRAD=1 turns it on
+ * for all of them wherever the CPU has AVX2, FMA and F16C, =0 off. Unset:
+ * - where oneDNN runs and its best ISA is below AVX-512 (an AVX2 CPU, or ONEDNN_MAX_CPU_ISA=AVX2):
+ *   all of them, on AVX2 registers;
+ * - on Intel CPUs where oneDNN has AVX-512: those with at least 32 input and output channels
+ *   (multiples of 16), on AVX-512 registers, in every type but bf16 where oneDNN has AMX. On 2
+ *   Emerald Rapids cores (resnet20 fp32 batch 128, `trainq run --profile`, medians of 3 runs)
+ *   they ran the 32- and 64-channel convolutions 0.97-1.61x as fast as oneDNN's avx512_core
+ *   kernels (backward-data 1.29-1.61x, backward-filter 1.16-1.40x, forward 0.97-1.15x), and
+ *   the 16-channel ones 0.83-0.94x, so those stay with oneDNN. AMD's Zen 4 keeps oneDNN there
+ *   (not measured), AMX its tile kernels for bf16.
+ * Decided once per backend. */
+static int wino_use(tq_backend *be, const tq_conv_desc *d, tq_dtype dt) {
     tq_cpu_ctx *cx = be->ctx;
     if (!cx || !tq_cpu_wino_fits(d)) return 0;   /* dt: checked by geom, as every caller does first */
     if (!cx->wino) {
         const char *env = getenv("TQ_CPU_WINOGRAD");
         unsigned a, b, c, dd;   /* F16C: CPUID 1, ECX bit 29 (clang's builtin does not know it) */
         int f16c = __get_cpuid(1, &a, &b, &c, &dd) && (c >> 29 & 1u);
-        int on = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && f16c;
-        if (env && env[0] == '0' && env[1] == 0) on = 0;
-        else if (!(env && env[0] == '1' && env[1] == 0)) on = on && tq_dnnl_below_avx512(be);
-        cx->wino = on ? 1 : 2;
+        int ok = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && f16c;
+        int below = tq_dnnl_below_avx512(be);
+        int wide = ok && !below && __builtin_cpu_supports("avx512f");
+        cx->wino_vec = wide ? 16 : 8;
+        cx->wino_amx = tq_dnnl_has_amx(be);
+        if (env && env[0] == '0' && env[1] == 0) cx->wino = WINO_OFF;
+        else if (env && env[0] == '1' && env[1] == 0) cx->wino = ok ? WINO_ALL : WINO_OFF;
+        else cx->wino = ok && below ? WINO_ALL : wide && tq_cpu_is_intel() ? WINO_WIDE : WINO_OFF;
     }
-    return cx->wino == 1;
+    if (cx->wino == WINO_ALL) return 1;
+    return cx->wino == WINO_WIDE && tq_cpu_wino_fits512(d) && d->x.c >= 32 && d->k >= 32 &&
+           !(dt == TQ_BF16 && cx->wino_amx);
 }
+
+static int cx_vec(tq_backend *be) { return ((tq_cpu_ctx *)be->ctx)->wino_vec; }
 
 static int wino_ws_ok(tq_backend *be, const char *op, const tq_conv_desc *d, int kind,
                       size_t ws_bytes, const void *ws) {
@@ -678,9 +691,9 @@ int tq_cpu_conv_fwd(tq_backend *be, const tq_conv_desc *d, tq_dtype dt, void *y,
                     const void *w, const float *bias, void *ws, size_t ws_bytes) {
     cgeom g;
     if (!geom(be, "conv_fwd", d, dt, &g)) {
-        if (wino_use(be, d))
+        if (wino_use(be, d, dt))
             return wino_ws_ok(be, "conv_fwd", d, OP_FWD, ws_bytes, ws)
-                       ? tq_cpu_wino_fwd(tq_cpu_nt(be), d, dt, y, x, w, bias, ws) : TQ_EINVAL;
+                       ? tq_cpu_wino_fwd(tq_cpu_nt(be), cx_vec(be), d, dt, y, x, w, bias, ws) : TQ_EINVAL;
         int rc = tq_dnnl_conv_fwd(be, d, dt, y, x, w, bias, ws, ws_bytes);
         if (rc != TQ_DNNL_NA) return rc;
     }
@@ -690,9 +703,9 @@ int tq_cpu_conv_bwd_data(tq_backend *be, const tq_conv_desc *d, tq_dtype dt, voi
                          float beta, const void *dy, const void *w, void *ws, size_t ws_bytes) {
     cgeom g;
     if (!geom(be, "conv_bwd_data", d, dt, &g)) {
-        if (wino_use(be, d))
+        if (wino_use(be, d, dt))
             return wino_ws_ok(be, "conv_bwd_data", d, OP_BWD_DATA, ws_bytes, ws)
-                       ? tq_cpu_wino_bwd_data(tq_cpu_nt(be), d, dt, dx, beta, dy, w, ws) : TQ_EINVAL;
+                       ? tq_cpu_wino_bwd_data(tq_cpu_nt(be), cx_vec(be), d, dt, dx, beta, dy, w, ws) : TQ_EINVAL;
         int rc = tq_dnnl_conv_bwd_data(be, d, dt, dx, beta, dy, w, ws, ws_bytes);
         if (rc != TQ_DNNL_NA) return rc;
     }
@@ -702,9 +715,9 @@ int tq_cpu_conv_bwd_filter(tq_backend *be, const tq_conv_desc *d, tq_dtype dt, f
                            float *db, const void *x, const void *dy, void *ws, size_t ws_bytes) {
     cgeom g;
     if (!geom(be, "conv_bwd_filter", d, dt, &g)) {
-        if (wino_use(be, d))
+        if (wino_use(be, d, dt))
             return wino_ws_ok(be, "conv_bwd_filter", d, OP_BWD_FILTER, ws_bytes, ws)
-                       ? tq_cpu_wino_bwd_filter(tq_cpu_nt(be), d, dt, dw, db, x, dy, ws) : TQ_EINVAL;
+                       ? tq_cpu_wino_bwd_filter(tq_cpu_nt(be), cx_vec(be), d, dt, dw, db, x, dy, ws) : TQ_EINVAL;
         int rc = tq_dnnl_conv_bwd_filter(be, d, dt, dw, db, x, dy, ws, ws_bytes);
         if (rc != TQ_DNNL_NA) return rc;
     }

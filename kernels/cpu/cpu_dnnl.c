@@ -832,7 +832,7 @@ static int c32_op(tq_backend *be, const tq_conv_desc *d, tq_dtype dt, int ip, in
  * and below AVX-512 oneDNN 2.6 has no bf16 kernels at all. TQ_CPU_BF16_F32=1 forces the f32
  * route wherever oneDNN runs, =0 keeps oneDNN's bf16 kernels wherever it has them. Decided
  * once per backend. */
-static int cpu_is_intel(void) {
+int tq_cpu_is_intel(void) {
     unsigned a, b, c, d;
     return __get_cpuid(0, &a, &b, &c, &d) && b == 0x756e6547u && d == 0x49656e69u && c == 0x6c65746eu;   /* GenuineIntel */
 }
@@ -844,7 +844,7 @@ static int bf16_via_f32(tq_backend *be) {
         const char *env = getenv("TQ_CPU_BF16_F32");
         int on;
         if (env && (env[0] == '0' || env[0] == '1') && env[1] == 0) on = env[0] == '1';
-        else on = !tq_dnnl_below_avx512(be) && !tq_dnnl_has_amx(be) && cpu_is_intel();
+        else on = !tq_dnnl_below_avx512(be) && !tq_dnnl_has_amx(be) && tq_cpu_is_intel();
         D->bf16_f32 = on ? 1 : 2;
     }
     return D->bf16_f32 == 1;

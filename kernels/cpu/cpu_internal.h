@@ -63,7 +63,9 @@ typedef struct tq_dnnl tq_dnnl;
 typedef struct {
     tq_dnnl *dnnl;      /* oneDNN engine, stream and primitive cache (created on first use) */
     int dnnl_off;       /* oneDNN unavailable or turned off (TQ_CPU_DNNL=0) */
-    int wino;           /* Winograd 3×3 convolutions: 0 not decided yet, 1 on, 2 off */
+    int wino;           /* Winograd 3×3 convolutions: 0 not decided yet, or a wino_mode */
+    int wino_vec;       /* their registers: 8 channels (AVX2) or 16 (AVX-512) */
+    int wino_amx;       /* oneDNN has AMX here: bf16 stays with its tile kernels */
     unsigned char fetch[TQ_FETCH_SLOTS][TQ_FETCH_BYTES];   /* fetch_begin's slots (copied at once) */
     double fetch_ms[TQ_FETCH_SLOTS];
 } tq_cpu_ctx;
@@ -96,6 +98,10 @@ int tq_dnnl_linear_bwd_filter(tq_backend *, const tq_conv_desc *d, tq_dtype dt, 
 void tq_dnnl_free(tq_dnnl *);
 /* 1 when oneDNN runs here (not turned off) and its best ISA on this CPU is below AVX-512 */
 int tq_dnnl_below_avx512(tq_backend *);
+/* Winograd's reach (cpu_conv.c, wino_use): every convolution it fits, those of 32+ channels, none */
+enum { WINO_ALL = 1, WINO_WIDE = 2, WINO_OFF = 3 };
+/* 1 on a GenuineIntel CPU (CPUID leaf 0) */
+int tq_cpu_is_intel(void);
 /* 1 when oneDNN can use AMX here (its ISA reaches avx512_core_amx): its bf16 kernels then run
  * on the tile units */
 int tq_dnnl_has_amx(tq_backend *);
@@ -107,11 +113,14 @@ int tq_dnnl_has_amx(tq_backend *);
  * workspace. */
 int tq_cpu_wino_fits(const tq_conv_desc *d);
 size_t tq_cpu_wino_ws(const tq_conv_desc *d, int kind, int nt);
-int tq_cpu_wino_fwd(int nt, const tq_conv_desc *d, tq_dtype dt, void *y, const void *x,
+/* vec 16: the GEMMs on AVX-512 registers where the channels are multiples of 16 (fits512; the
+ * caller checks that the CPU has AVX-512F), the same bits as vec 8 (AVX2) */
+int tq_cpu_wino_fits512(const tq_conv_desc *d);
+int tq_cpu_wino_fwd(int nt, int vec, const tq_conv_desc *d, tq_dtype dt, void *y, const void *x,
                     const void *w, const float *bias, void *ws);
-int tq_cpu_wino_bwd_data(int nt, const tq_conv_desc *d, tq_dtype dt, void *dx, float beta,
+int tq_cpu_wino_bwd_data(int nt, int vec, const tq_conv_desc *d, tq_dtype dt, void *dx, float beta,
                          const void *dy, const void *w, void *ws);
-int tq_cpu_wino_bwd_filter(int nt, const tq_conv_desc *d, tq_dtype dt, float *dw, float *db,
+int tq_cpu_wino_bwd_filter(int nt, int vec, const tq_conv_desc *d, tq_dtype dt, float *dw, float *db,
                            const void *x, const void *dy, void *ws);
 
 /* convolution and linear: cpu_conv.c */

@@ -58,15 +58,23 @@ def test_report_files(native):
     assert data["meta"]["rounds_done"] == 2
     tq = data["meta"]["isa_check"]["trainq"]
     isa = tq["off"]["onednn_isa"] or ""
-    if "512" in isa:   # oneDNN at AVX-512 runs every convolution itself, no Winograd
-        assert tq["winograd"] == [] and tq["off"]["onednn_convs_winograd_shaped"] > 0
-        assert "ran its own Winograd" not in body
+    if "512" in isa:   # oneDNN at AVX-512 runs the 16-channel convolutions itself
+        assert tq["off"]["onednn_convs_winograd_shaped"] > 0
         intel = "GenuineIntel" in open("/proc/cpuinfo").read()
         route = "through the f32 primitives on f32 copies of the bf16 data"
-        if "AMX" in isa or not intel:   # AMX tiles, or a Zen 4's full-rate bf16 dot products
-            assert tq["bf16_via_f32"] is False and tq["bf16"]["onednn_convs_bf16"] > 0 and route not in body
-        else:   # Intel without AMX: bf16 in f32 chunks, oneDNN's f32 kernels
-            assert tq["bf16_via_f32"] is True and tq["bf16"]["onednn_convs_bf16"] == 0 and route in body
+        wide = "with 32 or more channels, multiples of 16"
+        if not intel:   # a Zen 4: oneDNN runs every convolution, its bf16 kernels the bf16 ones
+            assert tq["winograd"] == [] and "ran its own Winograd" not in body
+            assert tq["bf16_via_f32"] is False and route not in body
+        else:   # Intel: Winograd on AVX-512 registers takes the 32- and 64-channel ones
+            amx = "AMX" in isa
+            assert tq["winograd"] == (["off"] if amx else ["off", "bf16"]), tq
+            assert set(tq["winograd_reach"].values()) == {"wide"} and wide in body
+            assert tq["off"]["onednn_convs_winograd_wide"] == 0
+            if amx:   # AMX tiles keep bf16
+                assert tq["bf16_via_f32"] is False and tq["bf16"]["onednn_convs_bf16"] > 0 and route not in body
+            else:     # no AMX: the other bf16 ones in f32 chunks, oneDNN's f32 kernels
+                assert tq["bf16_via_f32"] is True and tq["bf16"]["onednn_convs_bf16"] == 0 and route in body
 
 
 def test_render_rewrites_the_section_from_the_json(native, tmp_path):
@@ -182,6 +190,7 @@ def test_avx2_emulation(tmp_path, trainq):
     wino = "ran its own Winograd F(2×2, 3×3) kernels"
     if {"fma", "f16c"} <= flags:
         assert ic["trainq"]["winograd"] == ["off", "bf16"] and ic["trainq"]["bf16_via_f32"] is True, ic["trainq"]
+        assert ic["trainq"]["winograd_reach"] == {"off": "all", "bf16": "all"}
         assert ic["trainq"]["off"]["onednn_convs"] > 0 and ic["trainq"]["off"]["onednn_convs_winograd_shaped"] == 0
         assert wino in md
     # a run recorded before the probe saw it: a re-render says nothing about Winograd

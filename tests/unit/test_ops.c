@@ -529,6 +529,66 @@ static void test_conv_winograd(void **state) {
     be = keep;
 }
 
+/* The AVX-512 Winograd kernels (vec 16) against the AVX2 ones (vec 8): every lane does the same
+ * arithmetic in the same order, so all three ops give the same bits in every type, beta 0 and 1,
+ * with a NaN and (f16) overflow in the data. Channels 16 (only the one-register GEMM column),
+ * 32 (only pairs), 48 (both); tile counts that leave a 6-row remainder after 12-row blocks;
+ * 1 and 3 threads. */
+static void test_conv_winograd_512(void **state) {
+    (void)state;
+    if (!__builtin_cpu_supports("avx512f") || !__builtin_cpu_supports("avx2") ||
+        !__builtin_cpu_supports("fma") || !__builtin_cpu_supports("f16c")) {
+        print_message("no AVX-512F on this CPU: the 16-channel Winograd kernels do not run here\n");
+        return;
+    }
+    static const int shapes[][6] = {   /* n h w c k pad */
+        { 2, 7, 9, 16, 16, 1 }, { 3, 6, 5, 32, 32, 1 }, { 2, 5, 6, 48, 16, 0 }, { 1, 9, 7, 16, 48, 2 },
+        { 4, 14, 14, 32, 64, 1 },
+    };
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+        const int *q = shapes[si];
+        tq_conv_desc d = { { q[0], q[1], q[2], q[3] }, q[4], 3, 3, 1, q[5] };
+        assert_true(tq_cpu_wino_fits512(&d));
+        size_t nx = tq_shape_numel(d.x), ny = tq_shape_numel(tq_conv_yshape(&d)), K = (size_t)d.k;
+        size_t nw = K * 9 * d.x.c;
+        float *x = frand(nx, si == 1 ? 6e4 : 1.0), *w = frand(nw, 1.0), *b = frand(K, 0.5);
+        float *dy = frand(ny, 1.0);
+        x[nx / 2] = NAN;
+        for (int nt = 1; nt <= 3; nt += 2) {
+            size_t wsb = 0;
+            for (int kind = 0; kind < 3; kind++) {
+                size_t m = tq_cpu_wino_ws(&d, kind, nt);
+                if (m > wsb) wsb = m;
+            }
+            void *ws = tmem(wsb);
+            for (tq_dtype dt = TQ_F32; dt <= TQ_BF16; dt++) {
+                size_t es = tq_dtype_size(dt);
+                void *xd = to_dt(dt, x, nx), *wd = to_dt(dt, w, nw), *dyd = to_dt(dt, dy, ny);
+                void *y[2], *dx[2], *dx1[2];
+                float *dw[2], *db[2];
+                for (int v = 0; v < 2; v++) {
+                    int vec = v ? 16 : 8;
+                    y[v] = tmem(ny * es);
+                    dx[v] = tmem(nx * es);
+                    dx1[v] = to_dt(dt, x, nx);
+                    dw[v] = fcopy(w, nw);
+                    db[v] = fcopy(b, K);
+                    assert_int_equal(tq_cpu_wino_fwd(nt, vec, &d, dt, y[v], xd, wd, b, ws), TQ_OK);
+                    assert_int_equal(tq_cpu_wino_bwd_data(nt, vec, &d, dt, dx[v], 0.0f, dyd, wd, ws), TQ_OK);
+                    assert_int_equal(tq_cpu_wino_bwd_data(nt, vec, &d, dt, dx1[v], 1.0f, dyd, wd, ws), TQ_OK);
+                    assert_int_equal(tq_cpu_wino_bwd_filter(nt, vec, &d, dt, dw[v], db[v], xd, dyd, ws), TQ_OK);
+                }
+                const char *dn = dt_name(dt);
+                if (memcmp(y[0], y[1], ny * es)) fail_msg("winograd 512 %s fwd (shape %zu, %d threads): not AVX2's bits", dn, si, nt);
+                if (memcmp(dx[0], dx[1], nx * es)) fail_msg("winograd 512 %s dx (shape %zu): not AVX2's bits", dn, si);
+                if (memcmp(dx1[0], dx1[1], nx * es)) fail_msg("winograd 512 %s dx beta 1 (shape %zu): not AVX2's bits", dn, si);
+                if (memcmp(dw[0], dw[1], nw * 4)) fail_msg("winograd 512 %s dw (shape %zu): not AVX2's bits", dn, si);
+                if (memcmp(db[0], db[1], K * 4)) fail_msg("winograd 512 %s db (shape %zu): not AVX2's bits", dn, si);
+            }
+        }
+    }
+}
+
 /* bf16 through oneDNN's f32 primitives on f32 chunks (cpu_dnnl.c, bf16_via_f32: by default on
  * Intel CPUs whose oneDNN has AVX-512 but no AMX, and below AVX-512), forced here
  * (TQ_CPU_BF16_F32=1) on a backend of its own: the route really runs (bf16 asks for the
@@ -1466,7 +1526,7 @@ static int teardown(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        T(test_vtable_complete), T(test_alloc_accounting), T(test_conv), T(test_conv_chunked), T(test_conv_winograd), T(test_conv_bf16_via_f32),
+        T(test_vtable_complete), T(test_alloc_accounting), T(test_conv), T(test_conv_chunked), T(test_conv_winograd), T(test_conv_winograd_512), T(test_conv_bf16_via_f32),
         T(test_linear), T(test_iface_complete), T(test_conv_bad_desc), T(test_bn), T(test_bn_large),
         T(test_bn_bwd_fused_is_the_chain), T(test_bn_deterministic), T(test_bn_bad), T(test_relu), T(test_add_accumulate),
         T(test_maxpool), T(test_maxpool_relu_is_the_pair), T(test_avgpool), T(test_softmax_ce), T(test_cast), T(test_conversions_reference),
