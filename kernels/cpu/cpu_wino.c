@@ -101,8 +101,9 @@ int tq_cpu_wino_fits512(const tq_conv_desc *d) {
     return tq_cpu_wino_fits(d) && d->x.c % 16 == 0 && d->k % 16 == 0;
 }
 
-static void fwd_form(const tq_conv_desc *d, int dt, int bwd_data, wgeom *g) {
-    if (bwd_data) {   /* dy [N][P][Q][K] → dx [N][H][W][C], padding 2 − pad */
+/* kind: 0 fwd, 1 bwd_data, 2 bwd_filter */
+static void fwd_form(const tq_conv_desc *d, int dt, int kind, wgeom *g) {
+    if (kind == 1) {   /* dy [N][P][Q][K] → dx [N][H][W][C], padding 2 − pad */
         int P = d->x.h + 2 * d->pad - 2, Q = d->x.w + 2 * d->pad - 2;
         wgeom_init(g, d->x.n, P, Q, d->k, d->x.c, 2 - d->pad, dt);
     } else {
@@ -134,7 +135,7 @@ static void wlayout(const wgeom *g, int filter, int nt, wlay *L) {
 size_t tq_cpu_wino_ws(const tq_conv_desc *d, int kind, int nt) {
     wgeom g;
     wlay L;
-    fwd_form(d, TQ_F32, kind == 1, &g);   /* the layout does not depend on the type */
+    fwd_form(d, TQ_F32, kind, &g);   /* the layout does not depend on the type */
     wlayout(&g, kind == 2, nt, &L);
     return L.total * sizeof(float) + 64;
 }
@@ -317,7 +318,7 @@ int tq_cpu_wino_bwd_data(int nt, int vec, const tq_conv_desc *d, tq_dtype dt, vo
 int tq_cpu_wino_bwd_filter(int nt, int vec, const tq_conv_desc *d, tq_dtype dt, float *dw, float *db,
                            const void *x, const void *dy, void *ws) {
     wgeom g;
-    fwd_form(d, dt, 0, &g);
+    fwd_form(d, dt, 2, &g);
     if (nt > WINO_TMAX) nt = WINO_TMAX;
     if (vec == 16 && tq_cpu_wino_fits512(d)) run_bwd_filter_16(&g, nt, x, dy, dw, db, ws);
     else run_bwd_filter_8(&g, nt, x, dy, dw, db, ws);

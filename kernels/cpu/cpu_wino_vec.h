@@ -100,7 +100,7 @@ WIN void W(gemm_col1)(int nr, int ci, int co, const float *a, const float *U, fl
 /* M[rows][co] = V[rows][ci] · U[ci][co] for rows a multiple of MR (co a multiple of WV): pairs of
  * registers of outputs over MR rows, then a last single register over 2·MR rows. Each output is
  * one chain of FMAs over c in order, however the block is cut. */
-WFN static void W(gemm_block)(int rows, int ci, int co, const float *V, const float *U, float *M) {
+WIN void W(gemm_block_ci)(int rows, int ci, int co, const float *V, const float *U, float *M) {
     const int k2 = co / (2 * WV) * (2 * WV);
     for (int r0 = 0; r0 < rows; r0 += MR) {
         const float *a = V + (size_t)r0 * ci;
@@ -132,6 +132,18 @@ WFN static void W(gemm_block)(int rows, int ci, int co, const float *V, const fl
             W(gemm_col1)(2 * MR, ci, co, V + (size_t)r0 * ci, U, M + (size_t)r0 * co, k2);
         for (; r0 < rows; r0 += MR)
             W(gemm_col1)(MR, ci, co, V + (size_t)r0 * ci, U, M + (size_t)r0 * co, k2);
+    }
+}
+
+/* gemm_block with ResNet's channel counts as constants: the rows' broadcasts then address off
+ * one register (a + i·ci + c: with ci a variable each row needs its own index register, and
+ * at 12 rows the loop spilled them) */
+WFN static void W(gemm_block)(int rows, int ci, int co, const float *V, const float *U, float *M) {
+    switch (ci) {
+    case 16: W(gemm_block_ci)(rows, 16, co, V, U, M); break;
+    case 32: W(gemm_block_ci)(rows, 32, co, V, U, M); break;
+    case 64: W(gemm_block_ci)(rows, 64, co, V, U, M); break;
+    default: W(gemm_block_ci)(rows, ci, co, V, U, M);
     }
 }
 
@@ -320,12 +332,14 @@ WFN static void W(dy_block)(const wgeom *g, const void *dy, size_t t0, int cnt, 
 
 #define TN_KR (WV == 16 ? 8 : 4)
 
-/* Macc[K][C] += D[cnt][K]ᵀ · V[cnt][C] (K a multiple of TN_KR, C of WV): rows of TN_KR k × 2·WV c
- * (16 accumulators at AVX-512, 8 at AVX2, which has 16 registers), then one register of c */
+/* Macc[K][C] += D[cnt][K]ᵀ · V[cnt][C] (K a multiple of 2·TN_KR, C of WV): rows of TN_KR k × 2·WV
+ * c, then the last register of c (if C is an odd number of registers) over 2·TN_KR rows of k: 16
+ * accumulators at AVX-512 either way, 8 at AVX2, which has 16 registers. Each output is one
+ * chain of FMAs over t, added to Macc once, however the rows are cut. */
 WFN static void W(gemm_tn)(int cnt, int K, int C, const float *D, const float *V, float *Macc) {
+    const int c2 = C / (2 * WV) * (2 * WV);
     for (int k0 = 0; k0 < K; k0 += TN_KR) {
-        int c = 0;
-        for (; c + 2 * WV <= C; c += 2 * WV) {
+        for (int c = 0; c < c2; c += 2 * WV) {
             VT acc[TN_KR][2];
             _Pragma("GCC unroll 16")
             for (int i = 0; i < TN_KR; i++) acc[i][0] = acc[i][1] = VZERO();
@@ -346,22 +360,22 @@ WFN static void W(gemm_tn)(int cnt, int K, int C, const float *D, const float *V
                 VST(m + WV, VADD(VLD(m + WV), acc[i][1]));
             }
         }
-        if (c < C) {
-            VT acc[TN_KR];
+    }
+    if (c2 == C) return;
+    for (int k0 = 0; k0 < K; k0 += 2 * TN_KR) {
+        VT acc[2 * TN_KR];
+        _Pragma("GCC unroll 16")
+        for (int i = 0; i < 2 * TN_KR; i++) acc[i] = VZERO();
+        for (int t = 0; t < cnt; t++) {
+            VT b0 = VLD(V + (size_t)t * C + c2);
+            const float *dd = D + (size_t)t * K + k0;
             _Pragma("GCC unroll 16")
-            for (int i = 0; i < TN_KR; i++) acc[i] = VZERO();
-            for (int t = 0; t < cnt; t++) {
-                VT b0 = VLD(V + (size_t)t * C + c);
-                const float *dd = D + (size_t)t * K + k0;
-                _Pragma("GCC unroll 16")
-                for (int i = 0; i < TN_KR; i++)
-                    acc[i] = VFMA(VBCAST(dd + i), b0, acc[i]);
-            }
-            _Pragma("GCC unroll 16")
-            for (int i = 0; i < TN_KR; i++) {
-                float *m = Macc + (size_t)(k0 + i) * C + c;
-                VST(m, VADD(VLD(m), acc[i]));
-            }
+            for (int i = 0; i < 2 * TN_KR; i++) acc[i] = VFMA(VBCAST(dd + i), b0, acc[i]);
+        }
+        _Pragma("GCC unroll 16")
+        for (int i = 0; i < 2 * TN_KR; i++) {
+            float *m = Macc + (size_t)(k0 + i) * C + c2;
+            VST(m, VADD(VLD(m), acc[i]));
         }
     }
 }
