@@ -646,11 +646,12 @@ static int conv_bwd_filter_impl(tq_backend *be, const char *nm, const tq_conv_de
  *   all of them, on AVX2 registers;
  * - on Intel CPUs where oneDNN has AVX-512: those with at least 32 input and output channels
  *   (multiples of 16), on AVX-512 registers, in every type but bf16 where oneDNN has AMX. On 2
- *   Emerald Rapids cores (resnet20 fp32 batch 128, `trainq run --profile`, medians of 3 runs)
- *   they ran the 32- and 64-channel convolutions 0.97-1.61x as fast as oneDNN's avx512_core
- *   kernels (backward-data 1.29-1.61x, backward-filter 1.16-1.40x, forward 0.97-1.15x), and
- *   the 16-channel ones 0.83-0.94x, so those stay with oneDNN. AMD's Zen 4 keeps oneDNN there
- *   (not measured), AMX its tile kernels for bf16.
+ *   Emerald Rapids cores (resnet20 fp32 batch 128, `trainq run --profile`, medians of 4
+ *   interleaved runs) they ran the 32- and 64-channel convolutions 1.00-1.56x as fast as
+ *   oneDNN's avx512_core kernels (backward-data 1.29-1.56x, backward-filter 1.17-1.33x,
+ *   forward 1.00-1.24x), the 16-channel ones 0.95-1.02x, so those stay with oneDNN; whole
+ *   steps 1.10-1.17x (resnet20), 1.25-1.30x (cnn): docs/engine.md. AMD's Zen 4 keeps oneDNN
+ *   there (not measured), AMX its tile kernels for bf16.
  * Decided once per backend. */
 static int wino_use(tq_backend *be, const tq_conv_desc *d, tq_dtype dt) {
     tq_cpu_ctx *cx = be->ctx;
