@@ -667,6 +667,7 @@ static int wino_use(tq_backend *be, const tq_conv_desc *d, tq_dtype dt) {
         cx->wino_amx = tq_dnnl_has_amx(be);
         if (env && env[0] == '0' && env[1] == 0) cx->wino = WINO_OFF;
         else if (env && env[0] == '1' && env[1] == 0) cx->wino = ok ? WINO_ALL : WINO_OFF;
+        else if (cx->dnnl_off) cx->wino = WINO_OFF;   /* TQ_CPU_DNNL=0: everything on im2col */
         else cx->wino = ok && below ? WINO_ALL : wide && tq_cpu_is_intel() ? WINO_WIDE : WINO_OFF;
     }
     if (cx->wino == WINO_ALL) return 1;
