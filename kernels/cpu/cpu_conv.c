@@ -644,14 +644,16 @@ static int conv_bwd_filter_impl(tq_backend *be, const char *nm, const tq_conv_de
  * for all of them wherever the CPU has AVX2, FMA and F16C, =0 off. Unset:
  * - where oneDNN runs and its best ISA is below AVX-512 (an AVX2 CPU, or ONEDNN_MAX_CPU_ISA=AVX2):
  *   all of them, on AVX2 registers;
- * - on Intel CPUs where oneDNN has AVX-512: those with at least 32 input and output channels
- *   (multiples of 16), on AVX-512 registers, in every type but bf16 where oneDNN has AMX. On 2
- *   Emerald Rapids cores (resnet20 fp32 batch 128, `trainq run --profile`, medians of 4
- *   interleaved runs) they ran the 32- and 64-channel convolutions 1.00-1.56x as fast as
- *   oneDNN's avx512_core kernels (backward-data 1.29-1.56x, backward-filter 1.17-1.33x,
- *   forward 1.00-1.24x), the 16-channel ones 0.95-1.02x, so those stay with oneDNN; whole
- *   steps 1.10-1.17x (resnet20), 1.25-1.30x (cnn): docs/engine.md. AMD's Zen 4 keeps oneDNN
- *   there (not measured), AMX its tile kernels for bf16.
+ * - on Intel CPUs where oneDNN has AVX-512, on AVX-512 registers where the channels are
+ *   multiples of 16: in f32 those with at least 32 input and output channels; in f16 and bf16
+ *   (but bf16 where oneDNN has AMX) all of them. On 2 Emerald Rapids cores (resnet20 batch 128,
+ *   `trainq run --profile`, medians of interleaved runs) they ran the 32- and 64-channel f32
+ *   convolutions 1.00-1.56x as fast as oneDNN's avx512_core kernels (backward-data 1.29-1.56x,
+ *   backward-filter 1.17-1.33x, forward 1.00-1.24x) and the 16-channel ones 0.95-1.02x, so
+ *   those stay with oneDNN in f32; in 16-bit types, where the alternative is oneDNN's f32
+ *   kernels on f32 copies (cpu_dnnl.c), the 16-channel ones ran 1.14-1.35x as fast. Whole
+ *   steps: docs/engine.md. AMD's Zen 4 keeps oneDNN there (not measured), AMX its tile
+ *   kernels for bf16.
  * Decided once per backend. */
 static int wino_use(tq_backend *be, const tq_conv_desc *d, tq_dtype dt) {
     tq_cpu_ctx *cx = be->ctx;
@@ -671,8 +673,9 @@ static int wino_use(tq_backend *be, const tq_conv_desc *d, tq_dtype dt) {
         else cx->wino = ok && below ? WINO_ALL : wide && tq_cpu_is_intel() ? WINO_WIDE : WINO_OFF;
     }
     if (cx->wino == WINO_ALL) return 1;
-    return cx->wino == WINO_WIDE && tq_cpu_wino_fits512(d) && d->x.c >= 32 && d->k >= 32 &&
-           !(dt == TQ_BF16 && cx->wino_amx);
+    if (cx->wino != WINO_WIDE || (dt == TQ_BF16 && cx->wino_amx)) return 0;
+    if (dt == TQ_F32) return tq_cpu_wino_fits512(d) && d->x.c >= 32 && d->k >= 32;
+    return 1;   /* f16, bf16 without AMX: against oneDNN's f32 kernels on f32 copies, all of them */
 }
 
 static int cx_vec(tq_backend *be) { return ((tq_cpu_ctx *)be->ctx)->wino_vec; }

@@ -424,9 +424,15 @@ static void test_conv(void **state) {
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_conv_case(&cases[i]);
 }
 
-/* enough work for several threads and several chunks per thread */
+/* enough work for several threads and several chunks per thread; Winograd off (it would take
+ * the 3×3 stride-1 cases: on AVX2 CPUs, and in 16-bit types on Intel AVX-512 ones), so that
+ * oneDNN's chunked f32 route and the im2col path are what runs */
 static void test_conv_chunked(void **state) {
     (void)state;
+    tq_backend *keep = be;
+    setenv("TQ_CPU_WINOGRAD", "0", 1);
+    be = tq_cpu_backend_new(2);
+    assert_non_null(be);
     conv_case c1 = { 11, 32, 32, 16, 8, 3, 3, 1, 1, 1, 0, 0 };
     run_conv_case(&c1);
     conv_case c2 = { 3, 64, 64, 32, 4, 3, 3, 2, 1, 0, 0, 0 };
@@ -437,6 +443,9 @@ static void test_conv_chunked(void **state) {
     /* the direct 1×1 path with enough work for a team */
     conv_case c4 = { 4, 32, 32, 32, 32, 1, 1, 1, 0, 1, 0, 0 };
     run_conv_case(&c4);
+    tq_backend_free(be);
+    unsetenv("TQ_CPU_WINOGRAD");
+    be = keep;
 }
 
 /* The 16-bit Winograd convolutions convert their inputs exactly and round each output once:
@@ -475,7 +484,8 @@ static void wino_lo_exact(const tq_conv_desc *d, double xscale, int nan) {
     }
 }
 
-/* Winograd F(2×2, 3×3) (cpu_wino.c): on by default only below AVX-512, so forced here
+/* Winograd F(2×2, 3×3) (cpu_wino.c): on by default below AVX-512 and for some of them on Intel's
+ * AVX-512 (cpu_conv.c, wino_use), so forced here
  * (TQ_CPU_WINOGRAD=1) on a backend of its own, with 1 and 3 threads. The same checks as every
  * convolution: all three ops against the double reference, beta 0 and 1, the workspace exactly
  * as conv_ws reports (one byte less: TQ_EINVAL), the 16-bit types against it, and (wino_lo_exact)
@@ -591,7 +601,7 @@ static void test_conv_winograd_512(void **state) {
 
 /* bf16 through oneDNN's f32 primitives on f32 chunks (cpu_dnnl.c, bf16_via_f32: by default on
  * Intel CPUs whose oneDNN has AVX-512 but no AMX, and below AVX-512), forced here
- * (TQ_CPU_BF16_F32=1) on a backend of its own: the route really runs (bf16 asks for the
+ * (TQ_CPU_BF16_F32=1, Winograd off) on a backend of its own: the route really runs (bf16 asks for the
  * workspace of f16's, which always takes it), and every convolution check holds through it,
  * chunked (several chunks, a shorter last one) and whole, convolutions and linear layers. */
 static void test_conv_bf16_via_f32(void **state) {
@@ -606,6 +616,7 @@ static void test_conv_bf16_via_f32(void **state) {
     };
     tq_backend *keep = be;
     setenv("TQ_CPU_BF16_F32", "1", 1);
+    setenv("TQ_CPU_WINOGRAD", "0", 1);   /* it would take the 3×3 stride-1 ones */
     be = tq_cpu_backend_new(2);
     assert_non_null(be);
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -617,6 +628,7 @@ static void test_conv_bf16_via_f32(void **state) {
     }
     tq_backend_free(be);
     unsetenv("TQ_CPU_BF16_F32");
+    unsetenv("TQ_CPU_WINOGRAD");
     be = keep;
 }
 
