@@ -319,6 +319,10 @@ enum MHD_Result tq_h_submit(tq_ctx *c) {
     return r;
 }
 
+static const char *database_state(tq_api *a, tq_store *s, long long *free_bytes);
+#define HEALTH_MIN_FREE (256 * 1024)
+#define HEALTH_FULL_MS 10000
+
 /* the rest of a submission, once the caller and its files are checked */
 static enum MHD_Result submit_planned(tq_ctx *c, tq_spec *spp, const tq_peer *pp, const char *inputs_json) {
     tq_spec sp = *spp;
@@ -329,6 +333,19 @@ static enum MHD_Result submit_planned(tq_ctx *c, tq_spec *spp, const tq_peer *pp
         int64_t old = tq_queue_find_submission(s, sp.submission_id);
         if (old < 0) return tq_send_store_error(c, s, (int)old);
         if (old > 0) return send_job(c, s, old, MHD_HTTP_OK);
+    }
+    /* what /healthz calls full refuses new jobs, as it says, even where SQLite could still take
+     * the row in pages it has: the job's steps could not be recorded */
+    long long free_bytes;
+    if (!strcmp(database_state(c->api, s, &free_bytes), "full")) {
+        char why[96];
+        if (free_bytes >= 0 && free_bytes < HEALTH_MIN_FREE)
+            snprintf(why, sizeof why, "%lld bytes free; the queue needs %d", free_bytes, HEALTH_MIN_FREE);
+        else
+            snprintf(why, sizeof why, "a write failed for a full disk in the last %d s", HEALTH_FULL_MS / 1000);
+        return tq_send_error(c, MHD_HTTP_INSUFFICIENT_STORAGE, "storage_full", NULL,
+                             "the filesystem of the database %s is full (%s): nothing was written; reads "
+                             "still work, writes resume when space is freed", c->api->db_path, why);
     }
 
     /* "after": every job it runs after must exist (the queue checks again as it inserts) */
@@ -914,8 +931,6 @@ enum MHD_Result tq_h_devices(tq_ctx *c) {
  * file the daemon may not write), "full" (under HEALTH_MIN_FREE bytes free on its filesystem,
  * or a write failed for a full disk in the last HEALTH_FULL_MS), "unavailable" (it cannot be
  * opened). Reads work in every state but the last. */
-#define HEALTH_MIN_FREE (256 * 1024)
-#define HEALTH_FULL_MS 10000
 static const char *database_state(tq_api *a, tq_store *s, long long *free_bytes) {
     *free_bytes = -1;
     if (!s) return "unavailable";

@@ -84,6 +84,8 @@ def test_disk_full_then_space_back(make_daemon, small_fs):
         assert str(st) in j["waiting_for"]["message"] and "full" in j["waiting_for"]["message"], j
         dev = [x for x in d.get("/v1/devices")["devices"] if x["id"] == "cpu"][0]
         assert dev["running_jobs"] == 0, "its device is free while its end waits"
+    # the job's end may have freed what it had written (a temporary checkpoint): full again
+    fill(small_fs / "filler2")
     # submissions: 507 with the JSON error object; health: full; reads work
     r = d.request("POST", "/v1/jobs", spec(steps=5, name="while-full"))
     assert r.status == 507 and r.json()["error"]["code"] == "storage_full", r
@@ -94,6 +96,7 @@ def test_disk_full_then_space_back(make_daemon, small_fs):
     assert integrity(d.db) == "ok"
 
     os.unlink(filler)                                          # space is back
+    os.unlink(small_fs / "filler2")
     j = d.wait_state(jid, ("failed", "succeeded"), timeout=30)
     assert j["state"] == "failed" and j["error"]["code"] == "storage_full", j
     assert j["finishing"] is False and j["waiting_for"] is None, j
