@@ -149,12 +149,16 @@ typedef struct tq_backend_i {
     int (*unscale_check)(tq_backend *, size_t n, float *g, float inv_scale, float *found_inf);
     /* One optimizer step over the flat buffers. skip: NULL, or a flag in the backend's memory
      * (unscale_check's found_inf): when it is nonzero the step leaves w and the state as they
-     * are (a loss-scale overflow), decided where the data lives, without a host sync. */
+     * are (a loss-scale overflow), decided where the data lives, without a host sync.
+     * wlow: NULL, or the copy of w in wdt that AMP's forward reads: the same pass writes
+     * wlow[i] = w[i] after the update, rounded as cast rounds, so that no second pass over the
+     * weights is needed (a skipped step writes nothing: wlow already holds the kept weights). */
     int (*sgd_step)(tq_backend *, size_t n, float *w, const float *g, float *buf, float lr,
-                    float momentum, float wd, int nesterov, const float *skip);
+                    float momentum, float wd, int nesterov, const float *skip, void *wlow,
+                    tq_dtype wdt);
     int (*adamw_step)(tq_backend *, size_t n, float *w, const float *g, float *m, float *v,
                       float lr, float b1, float b2, float eps, float wd, float bc1, float bc2,
-                      const float *skip);
+                      const float *skip, void *wlow, tq_dtype wdt);
 
     /* data: x[i] = normalize(augment(images[idx[i]])) as dt, labels[i] = lab[idx[i]].
      * images are uint8 HWC of shape (h,w,c); aug may be NULL (no augmentation); pad is the
@@ -179,10 +183,10 @@ typedef struct tq_backend_i {
                              float *found_inf);
     int (*sgd_step_dyn)(tq_backend *, size_t n, float *w, const float *g, float *buf,
                         const tq_dstep_in *in, float momentum, float wd, int nesterov,
-                        const float *skip);
+                        const float *skip, void *wlow, tq_dtype wdt);
     int (*adamw_step_dyn)(tq_backend *, size_t n, float *w, const float *g, float *m, float *v,
                           const tq_dstep_in *in, const tq_dstep_state *st, float b1, float b2,
-                          float eps, float wd, const float *skip);
+                          float eps, float wd, const float *skip, void *wlow, tq_dtype wdt);
     /* after the optimizer: tq_dstep_end(st, fp16, found_inf && *found_inf != 0, ...) — the
      * used scale kept, a step not skipped counted, under fp16 the loss scale and its growth
      * tracker moved as tq_scaler_update says; found_inf: unscale_check's flag or NULL */

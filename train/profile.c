@@ -162,6 +162,8 @@ static const char *epilogue(const void *res, int relu) {
 static double pooled(tq_shape x) { return (double)x.n * (x.h / 2) * (x.w / 2) * x.c; }
 /* w and the momentum buffer read and written, g read */
 static double sgd_bytes(size_t n, const float *buf) { return (buf ? 20.0 : 12.0) * n; }
+/* the 16-bit weight copy an optimizer step writes in the same pass */
+static double wcopy_bytes(size_t n, const void *wlow, tq_dtype wdt) { return wlow ? es(wdt) * (double)n : 0.0; }
 
 static int w_conv_fwd(tq_backend *be, const tq_conv_desc *d, tq_dtype dt, void *y, const void *x, const void *w,
                       const float *bias, void *ws, size_t ws_bytes) {
@@ -295,26 +297,27 @@ static int w_unscale_check_dyn(tq_backend *be, size_t n, float *g, const tq_dste
           book_n(p, t, "unscale_check_dyn", "optimizer", "f32", n, 8.0 * n));
 }
 static int w_sgd_step(tq_backend *be, size_t n, float *w, const float *g, float *buf, float lr, float momentum,
-                      float wd, int nesterov, const float *skip) {
-    TIMED(sgd_step(be, n, w, g, buf, lr, momentum, wd, nesterov, skip),
-          book_n(p, t, "sgd_step", "optimizer", "f32", n, sgd_bytes(n, buf)));
+                      float wd, int nesterov, const float *skip, void *wlow, tq_dtype wdt) {
+    TIMED(sgd_step(be, n, w, g, buf, lr, momentum, wd, nesterov, skip, wlow, wdt),
+          book_n(p, t, "sgd_step", "optimizer", "f32", n, sgd_bytes(n, buf) + wcopy_bytes(n, wlow, wdt)));
 }
 static int w_sgd_step_dyn(tq_backend *be, size_t n, float *w, const float *g, float *buf, const tq_dstep_in *in,
-                          float momentum, float wd, int nesterov, const float *skip) {
-    TIMED(sgd_step_dyn(be, n, w, g, buf, in, momentum, wd, nesterov, skip),
-          book_n(p, t, "sgd_step_dyn", "optimizer", "f32", n, sgd_bytes(n, buf)));
+                          float momentum, float wd, int nesterov, const float *skip, void *wlow, tq_dtype wdt) {
+    TIMED(sgd_step_dyn(be, n, w, g, buf, in, momentum, wd, nesterov, skip, wlow, wdt),
+          book_n(p, t, "sgd_step_dyn", "optimizer", "f32", n, sgd_bytes(n, buf) + wcopy_bytes(n, wlow, wdt)));
 }
 static int w_adamw_step(tq_backend *be, size_t n, float *w, const float *g, float *m, float *v, float lr, float b1,
-                        float b2, float eps, float wd, float bc1, float bc2, const float *skip) {
+                        float b2, float eps, float wd, float bc1, float bc2, const float *skip, void *wlow,
+                        tq_dtype wdt) {
     /* w, m and v read and written, g read */
-    TIMED(adamw_step(be, n, w, g, m, v, lr, b1, b2, eps, wd, bc1, bc2, skip),
-          book_n(p, t, "adamw_step", "optimizer", "f32", n, 28.0 * n));
+    TIMED(adamw_step(be, n, w, g, m, v, lr, b1, b2, eps, wd, bc1, bc2, skip, wlow, wdt),
+          book_n(p, t, "adamw_step", "optimizer", "f32", n, 28.0 * n + wcopy_bytes(n, wlow, wdt)));
 }
 static int w_adamw_step_dyn(tq_backend *be, size_t n, float *w, const float *g, float *m, float *v,
                             const tq_dstep_in *in, const tq_dstep_state *st, float b1, float b2, float eps, float wd,
-                            const float *skip) {
-    TIMED(adamw_step_dyn(be, n, w, g, m, v, in, st, b1, b2, eps, wd, skip),
-          book_n(p, t, "adamw_step_dyn", "optimizer", "f32", n, 28.0 * n));
+                            const float *skip, void *wlow, tq_dtype wdt) {
+    TIMED(adamw_step_dyn(be, n, w, g, m, v, in, st, b1, b2, eps, wd, skip, wlow, wdt),
+          book_n(p, t, "adamw_step_dyn", "optimizer", "f32", n, 28.0 * n + wcopy_bytes(n, wlow, wdt)));
 }
 static int w_step_end(tq_backend *be, tq_dstep_state *st, const float *found_inf, int fp16, float growth,
                       float backoff, int interval) {

@@ -260,7 +260,8 @@ static int mkdir_p(const char *dir) {
     return mkdir(buf, 0755) && errno != EEXIST ? -1 : 0;
 }
 
-/* t: the step count AdamW's bias correction uses; skip: the backend's overflow flag or NULL */
+/* t: the step count AdamW's bias correction uses; skip: the backend's overflow flag or NULL.
+ * Under AMP the same pass writes the 16-bit weight copy the next forward reads (e->wlow). */
 static int optimizer_step(run_ctx *r, double lr, int64_t t, const float *skip) {
     const tq_spec *sp = r->sp;
     tq_engine *e = &r->e;
@@ -268,12 +269,12 @@ static int optimizer_step(run_ctx *r, double lr, int64_t t, const float *skip) {
     if (sp->optimizer.type == TQ_OPT_SGD)
         return r->be->i->sgd_step(r->be, P, e->params, e->grads, e->opt_a, (float)lr,
                                   (float)sp->optimizer.momentum, (float)sp->optimizer.weight_decay,
-                                  sp->optimizer.nesterov, skip);
+                                  sp->optimizer.nesterov, skip, e->wlow, e->dt);
     double b1 = sp->optimizer.beta1, b2 = sp->optimizer.beta2;
     return r->be->i->adamw_step(r->be, P, e->params, e->grads, e->opt_a, e->opt_b, (float)lr,
                                 (float)b1, (float)b2, (float)sp->optimizer.eps,
                                 (float)sp->optimizer.weight_decay, (float)(1.0 - pow(b1, (double)t)),
-                                (float)(1.0 - pow(b2, (double)t)), skip);
+                                (float)(1.0 - pow(b2, (double)t)), skip, e->wlow, e->dt);
 }
 
 unsigned tq_tf32_backend_flags(tq_tf32 t) {
@@ -330,7 +331,7 @@ static int open_backend(const tq_spec *sp, tq_backend **out, char *dev, size_t d
  * indices and crop draws are copied into the engine's fixed idx/aug buffers before it runs.
  * The first step of a process runs uncaptured (it loads every kernel and warms cuDNN and
  * cuBLASLt); before the second, one micro-batch (loader, forward, loss, backward) and the tail
- * (unscale and inf check, optimizer, 16-bit weight refresh, scaler update) are captured as two
+ * (unscale and inf check, optimizer with its 16-bit weight copy, scaler update) are captured as two
  * graphs, and from then on a step is: zero the gradients and the loss sums, copy the step's
  * values, per micro-batch copy its indices and replay the first graph, replay the second.
  * The step's results (loss, hits, found_inf, the state) are fetched into pinned memory and
@@ -378,7 +379,8 @@ typedef struct {
     char err[512];
 } step_loop;
 
-/* unscale and inf check, optimizer, the 16-bit weight copy, the scaler update */
+/* unscale and inf check, optimizer (writing the 16-bit weight copy in the same pass), the scaler
+ * update */
 static int ds_tail_ops(step_loop *L) {
     tq_backend *be = L->r->be;
     const tq_backend_i *I = be->i;
@@ -393,13 +395,14 @@ static int ds_tail_ops(step_loop *L) {
     if (!rc) {
         if (sp->optimizer.type == TQ_OPT_SGD)
             rc = I->sgd_step_dyn(be, P, e->params, e->grads, e->opt_a, din, (float)sp->optimizer.momentum,
-                                 (float)sp->optimizer.weight_decay, sp->optimizer.nesterov, found);
+                                 (float)sp->optimizer.weight_decay, sp->optimizer.nesterov, found,
+                                 e->wlow, e->dt);
         else
             rc = I->adamw_step_dyn(be, P, e->params, e->grads, e->opt_a, e->opt_b, din, dst,
                                    (float)sp->optimizer.beta1, (float)sp->optimizer.beta2,
-                                   (float)sp->optimizer.eps, (float)sp->optimizer.weight_decay, found);
+                                   (float)sp->optimizer.eps, (float)sp->optimizer.weight_decay, found,
+                                   e->wlow, e->dt);
     }
-    if (!rc) rc = tq_engine_refresh_wlow(e);
     if (!rc) rc = I->step_end(be, dst, found, L->fp16, (float)sp->loss_scale.growth_factor,
                               (float)sp->loss_scale.backoff_factor, sp->loss_scale.growth_interval);
     return rc;
@@ -704,10 +707,10 @@ static int host_train(step_loop *L, int64_t start) {
         }
         if (!rc && L->fp16) rc = I->unscale_check(be, g->nparam_elems, r->e.grads, (float)(1.0 / L->scale), r->e.scalars + 2);
         /* the optimizer reads the overflow flag where it lives and skips itself (the low-precision
-         * weight copy is then refreshed from unchanged weights): nothing waits for the host */
+         * weight copy, written in the same pass, then keeps the unchanged weights): nothing waits
+         * for the host */
         double lr = tq_lr_at(sp, s, L->total);
-        if (!rc && !(rc = optimizer_step(r, lr, L->st->opt_t + 1, L->fp16 ? r->e.scalars + 2 : NULL)))
-            rc = tq_engine_refresh_wlow(&r->e);
+        if (!rc) rc = optimizer_step(r, lr, L->st->opt_t + 1, L->fp16 ? r->e.scalars + 2 : NULL);
         if (rc) { fail(L->sum, TQ_ERR_BACKEND_ERROR, be->err); return rc; }
         float sc[3];
         I->to_host(be, sc, r->e.scalars, sizeof sc);     /* the one sync of the step: loss, hits, overflow */

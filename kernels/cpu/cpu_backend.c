@@ -112,17 +112,17 @@ static int cpu_unscale_check_dyn(tq_backend *be, size_t n, float *g, const tq_ds
 }
 static int cpu_sgd_step_dyn(tq_backend *be, size_t n, float *w, const float *g, float *buf,
                             const tq_dstep_in *in, float momentum, float wd, int nesterov,
-                            const float *skip) {
+                            const float *skip, void *wlow, tq_dtype wdt) {
     if (!in) { tq_backend_seterr(be, "sgd_step_dyn: no step values"); return TQ_EINVAL; }
-    return tq_cpu_sgd_step(be, n, w, g, buf, in->lr, momentum, wd, nesterov, skip);
+    return tq_cpu_sgd_step(be, n, w, g, buf, in->lr, momentum, wd, nesterov, skip, wlow, wdt);
 }
 static int cpu_adamw_step_dyn(tq_backend *be, size_t n, float *w, const float *g, float *m, float *v,
                               const tq_dstep_in *in, const tq_dstep_state *st, float b1, float b2,
-                              float eps, float wd, const float *skip) {
+                              float eps, float wd, const float *skip, void *wlow, tq_dtype wdt) {
     if (!in || !st) { tq_backend_seterr(be, "adamw_step_dyn: no step values or state"); return TQ_EINVAL; }
     float bc1, bc2;
     tq_dstep_bc(in, st, &bc1, &bc2);
-    return tq_cpu_adamw_step(be, n, w, g, m, v, in->lr, b1, b2, eps, wd, bc1, bc2, skip);
+    return tq_cpu_adamw_step(be, n, w, g, m, v, in->lr, b1, b2, eps, wd, bc1, bc2, skip, wlow, wdt);
 }
 static int cpu_step_end(tq_backend *be, tq_dstep_state *st, const float *found_inf, int fp16,
                         float growth, float backoff, int interval) {

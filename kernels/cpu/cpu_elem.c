@@ -146,37 +146,66 @@ int tq_cpu_unscale_check(tq_backend *be, size_t n, float *g, float inv_scale, fl
     return TQ_OK;
 }
 
-int tq_cpu_sgd_step(tq_backend *be, size_t n, float *w, const float *g, float *buf, float lr,
-                    float momentum, float wd, int nesterov, const float *skip) {
-    if (momentum != 0.0f && !buf) {
-        tq_backend_seterr(be, "sgd_step: momentum %g needs a buffer", (double)momentum);
-        return TQ_EINVAL;
-    }
-    if (skip && *skip != 0.0f) return TQ_OK;
-    int nt = tq_cpu_nt(be), par = n > TQ_PAR_MIN;
-    if (momentum == 0.0f) {
-#pragma omp parallel for simd num_threads(nt) schedule(static) if (par)
-        for (size_t i = 0; i < n; i++) {
+/* One block [i0, i1) of an optimizer step, then of its weight copy (cast_block's rounding,
+ * while the block is still in cache): the SGD and AdamW updates of kernels/common. */
+TQ_ALWAYS_INLINE void sgd_block(size_t i0, size_t i1, float *w, const float *g, float *buf,
+                                float lr, float momentum, float wd, int nesterov) {
+    if (!buf) {
+#pragma omp simd
+        for (size_t i = i0; i < i1; i++) {
             float unused = 0.0f;
             tq_sgd_1(&w[i], g[i], &unused, lr, 0.0f, wd, nesterov);
         }
     } else {
-#pragma omp parallel for simd num_threads(nt) schedule(static) if (par)
-        for (size_t i = 0; i < n; i++) tq_sgd_1(&w[i], g[i], &buf[i], lr, momentum, wd, nesterov);
+#pragma omp simd
+        for (size_t i = i0; i < i1; i++) tq_sgd_1(&w[i], g[i], &buf[i], lr, momentum, wd, nesterov);
     }
+}
+
+TQ_ALWAYS_INLINE void adamw_block(size_t i0, size_t i1, float *w, const float *g, float *m,
+                                  float *v, float lr, float b1, float b2, float eps, float wd,
+                                  float bc1, float bc2) {
+#pragma omp simd
+    for (size_t i = i0; i < i1; i++) tq_adamw_1(&w[i], g[i], &m[i], &v[i], lr, b1, b2, eps, wd, bc1, bc2);
+}
+
+static int wcopy_check(tq_backend *be, const char *op, void *wlow, tq_dtype wdt) {
+    if (wlow && (wdt == TQ_F32 || !tq_cpu_dt_ok(wdt))) {
+        tq_backend_seterr(be, "%s: the weight copy's dtype %d is not f16 or bf16", op, (int)wdt);
+        return TQ_EINVAL;
+    }
+    return TQ_OK;
+}
+
+int tq_cpu_sgd_step(tq_backend *be, size_t n, float *w, const float *g, float *buf, float lr,
+                    float momentum, float wd, int nesterov, const float *skip, void *wlow,
+                    tq_dtype wdt) {
+    if (momentum != 0.0f && !buf) {
+        tq_backend_seterr(be, "sgd_step: momentum %g needs a buffer", (double)momentum);
+        return TQ_EINVAL;
+    }
+    if (wcopy_check(be, "sgd_step", wlow, wdt)) return TQ_EINVAL;
+    if (skip && *skip != 0.0f) return TQ_OK;
+    float *mb = momentum == 0.0f ? NULL : buf;
+    BLOCK_LOOP(n, {
+        sgd_block(i0, i1, w, g, mb, lr, momentum, wd, nesterov);
+        if (wlow) cast_block(i0, i1, wdt, wlow, TQ_F32, w);
+    });
     return TQ_OK;
 }
 
 int tq_cpu_adamw_step(tq_backend *be, size_t n, float *w, const float *g, float *m, float *v,
                       float lr, float b1, float b2, float eps, float wd, float bc1, float bc2,
-                      const float *skip) {
+                      const float *skip, void *wlow, tq_dtype wdt) {
     if (!m || !v) {
         tq_backend_seterr(be, "adamw_step: moment buffers missing");
         return TQ_EINVAL;
     }
+    if (wcopy_check(be, "adamw_step", wlow, wdt)) return TQ_EINVAL;
     if (skip && *skip != 0.0f) return TQ_OK;
-    int nt = tq_cpu_nt(be), par = n > TQ_PAR_MIN;
-#pragma omp parallel for simd num_threads(nt) schedule(static) if (par)
-    for (size_t i = 0; i < n; i++) tq_adamw_1(&w[i], g[i], &m[i], &v[i], lr, b1, b2, eps, wd, bc1, bc2);
+    BLOCK_LOOP(n, {
+        adamw_block(i0, i1, w, g, m, v, lr, b1, b2, eps, wd, bc1, bc2);
+        if (wlow) cast_block(i0, i1, wdt, wlow, TQ_F32, w);
+    });
     return TQ_OK;
 }

@@ -166,10 +166,11 @@ int tq_cpu_cast(tq_backend *, size_t n, tq_dtype dst_dt, void *dst, tq_dtype src
                 const void *src);
 int tq_cpu_unscale_check(tq_backend *, size_t n, float *g, float inv_scale, float *found_inf);
 int tq_cpu_sgd_step(tq_backend *, size_t n, float *w, const float *g, float *buf, float lr,
-                    float momentum, float wd, int nesterov, const float *skip);
+                    float momentum, float wd, int nesterov, const float *skip, void *wlow,
+                    tq_dtype wdt);
 int tq_cpu_adamw_step(tq_backend *, size_t n, float *w, const float *g, float *m, float *v,
                       float lr, float b1, float b2, float eps, float wd, float bc1, float bc2,
-                      const float *skip);
+                      const float *skip, void *wlow, tq_dtype wdt);
 
 /* pooling, loss, data: cpu_pool.c */
 int tq_cpu_maxpool_fwd(tq_backend *, tq_shape x, tq_dtype dt, void *y, const void *xp, int relu);

@@ -126,9 +126,11 @@ int tqc_softmax_ce_eval(tq_backend *, int n, int classes, tq_dtype dt, const voi
 int tqc_cast(tq_backend *, size_t n, tq_dtype dst_dt, void *dst, tq_dtype src_dt, const void *src);
 int tqc_unscale_check(tq_backend *, size_t n, float *g, float inv_scale, float *found_inf);
 int tqc_sgd_step(tq_backend *, size_t n, float *w, const float *g, float *buf, float lr,
-                 float momentum, float wd, int nesterov, const float *skip);
+                 float momentum, float wd, int nesterov, const float *skip, void *wlow,
+                 tq_dtype wdt);
 int tqc_adamw_step(tq_backend *, size_t n, float *w, const float *g, float *m, float *v, float lr,
-                   float b1, float b2, float eps, float wd, float bc1, float bc2, const float *skip);
+                   float b1, float b2, float eps, float wd, float bc1, float bc2, const float *skip,
+                   void *wlow, tq_dtype wdt);
 /* the step on the device (backend.h): cuda_loss.cu, cuda_opt.cu */
 int tqc_softmax_ce_dyn(tq_backend *, int n, int classes, tq_dtype dt, void *dlogits,
                        const void *logits, const int32_t *labels, const tq_dstep_state *st,
@@ -137,10 +139,10 @@ int tqc_unscale_check_dyn(tq_backend *, size_t n, float *g, const tq_dstep_state
                           float *found_inf);
 int tqc_sgd_step_dyn(tq_backend *, size_t n, float *w, const float *g, float *buf,
                      const tq_dstep_in *in, float momentum, float wd, int nesterov,
-                     const float *skip);
+                     const float *skip, void *wlow, tq_dtype wdt);
 int tqc_adamw_step_dyn(tq_backend *, size_t n, float *w, const float *g, float *m, float *v,
                        const tq_dstep_in *in, const tq_dstep_state *st, float b1, float b2,
-                       float eps, float wd, const float *skip);
+                       float eps, float wd, const float *skip, void *wlow, tq_dtype wdt);
 int tqc_step_end(tq_backend *, tq_dstep_state *st, const float *found_inf, int fp16, float growth,
                  float backoff, int interval);
 int tqc_load_batch(tq_backend *, int n, int h, int w, int c, tq_dtype dt, void *x,

@@ -1,5 +1,5 @@
 /* cuda_opt.cu — the flat f32 buffer passes of the CUDA backend: unscale + inf check, SGD and
- * AdamW steps.
+ * AdamW steps (each writing AMP's 16-bit weight copy in the same pass when asked).
  *
  * Contract (same semantics as kernels/cpu/cpu_elem.c)
  * - One thread per parameter in grid-stride loops; the per-parameter arithmetic is
@@ -55,11 +55,34 @@ extern "C" int tqc_unscale_check_dyn(tq_backend *be, size_t n, float *g, const t
     return TQ_OK;
 }
 
+/* WDT: the dtype of the weight copy the step also writes (wl[i] = w[i] after the update,
+ * stx's rounding, as k_cast's), or -1 for none */
+template <int WDT>
+__device__ __forceinline__ void wcopy(void *wl, size_t i, float v) {
+    if (WDT >= 0) stx<(WDT >= 0 ? WDT : TQ_F32)>(wl, i, v);
+}
+
+/* the weight copy's dtype as a template argument: WDT -1 when wl is NULL */
+#define WDT_SWITCH(wl, wdt, NAME, ...)                                             \
+    do {                                                                           \
+        if (!(wl)) { const int NAME = -1; __VA_ARGS__; }                           \
+        else if ((wdt) == TQ_F16) { const int NAME = TQ_F16; __VA_ARGS__; }        \
+        else { const int NAME = TQ_BF16; __VA_ARGS__; }                            \
+    } while (0)
+
+static int wcopy_check(tq_backend *be, const char *op, const void *wl, tq_dtype wdt) {
+    if (wl && wdt != TQ_F16 && wdt != TQ_BF16) {
+        tq_backend_seterr(be, "%s: the weight copy's dtype %d is not f16 or bf16", op, (int)wdt);
+        return TQ_EINVAL;
+    }
+    return TQ_OK;
+}
+
 /* skip: an overflow flag in device memory (unscale_check's), NULL none: set, nothing moves */
-template <int MOM, int DYN>
+template <int MOM, int DYN, int WDT>
 __global__ void k_sgd(size_t n, float *w, const float *g, float *buf, float lr,
                       const tq_dstep_in *in, float momentum, float wd, int nesterov,
-                      const float *skip) {
+                      const float *skip, void *wl) {
     if (skip && *skip != 0.0f) return;
     if (DYN) lr = in->lr;
     TQC_FOR(i, n) {
@@ -69,79 +92,99 @@ __global__ void k_sgd(size_t n, float *w, const float *g, float *buf, float lr,
             float unused = 0.0f;
             tq_sgd_1(&w[i], g[i], &unused, lr, 0.0f, wd, nesterov);
         }
+        wcopy<WDT>(wl, i, w[i]);
     }
 }
 
 template <int DYN>
 static int sgd_launch(tq_backend *be, const char *op, size_t n, float *w, const float *g,
                       float *buf, float lr, const tq_dstep_in *in, float momentum, float wd,
-                      int nesterov, const float *skip) {
+                      int nesterov, const float *skip, void *wl, tq_dtype wdt) {
     if (momentum != 0.0f && !buf) {
         tq_backend_seterr(be, "%s: momentum %g needs a buffer", op, (double)momentum);
         return TQ_EINVAL;
     }
+    if (wcopy_check(be, op, wl, wdt)) return TQ_EINVAL;
     if (DYN) TQC_NEED(be, op, in);
     if (!n) return TQ_OK;
     TQC_NEED(be, op, w);
     TQC_NEED(be, op, g);
-    if (momentum == 0.0f) k_sgd<0, DYN><<<GRID(n)>>>(n, w, g, NULL, lr, in, 0.0f, wd, nesterov, skip);
-    else k_sgd<1, DYN><<<GRID(n)>>>(n, w, g, buf, lr, in, momentum, wd, nesterov, skip);
+    WDT_SWITCH(wl, wdt, WDT, {
+        if (momentum == 0.0f)
+            k_sgd<0, DYN, WDT><<<GRID(n)>>>(n, w, g, NULL, lr, in, 0.0f, wd, nesterov, skip, wl);
+        else
+            k_sgd<1, DYN, WDT><<<GRID(n)>>>(n, w, g, buf, lr, in, momentum, wd, nesterov, skip, wl);
+    });
     TQC_LAUNCH_CHECK(be);
     return TQ_OK;
 }
 
 extern "C" int tqc_sgd_step(tq_backend *be, size_t n, float *w, const float *g, float *buf,
-                            float lr, float momentum, float wd, int nesterov, const float *skip) {
-    return sgd_launch<0>(be, "sgd_step", n, w, g, buf, lr, NULL, momentum, wd, nesterov, skip);
+                            float lr, float momentum, float wd, int nesterov, const float *skip,
+                            void *wlow, tq_dtype wdt) {
+    return sgd_launch<0>(be, "sgd_step", n, w, g, buf, lr, NULL, momentum, wd, nesterov, skip,
+                         wlow, wdt);
 }
 
 extern "C" int tqc_sgd_step_dyn(tq_backend *be, size_t n, float *w, const float *g, float *buf,
                                 const tq_dstep_in *in, float momentum, float wd, int nesterov,
-                                const float *skip) {
-    return sgd_launch<1>(be, "sgd_step_dyn", n, w, g, buf, 0.0f, in, momentum, wd, nesterov, skip);
+                                const float *skip, void *wlow, tq_dtype wdt) {
+    return sgd_launch<1>(be, "sgd_step_dyn", n, w, g, buf, 0.0f, in, momentum, wd, nesterov, skip,
+                         wlow, wdt);
 }
 
-template <int DYN>
+template <int DYN, int WDT>
 __global__ void k_adamw(size_t n, float *w, const float *g, float *m, float *v, float lr,
                         float b1, float b2, float eps, float wd, float bc1, float bc2,
-                        const tq_dstep_in *in, const tq_dstep_state *st, const float *skip) {
+                        const tq_dstep_in *in, const tq_dstep_state *st, const float *skip,
+                        void *wl) {
     if (skip && *skip != 0.0f) return;
     float l = lr, c1 = bc1, c2 = bc2;
     if (DYN) {
         l = in->lr;
         tq_dstep_bc(in, st, &c1, &c2);
     }
-    TQC_FOR(i, n) tq_adamw_1(&w[i], g[i], &m[i], &v[i], l, b1, b2, eps, wd, c1, c2);
+    TQC_FOR(i, n) {
+        tq_adamw_1(&w[i], g[i], &m[i], &v[i], l, b1, b2, eps, wd, c1, c2);
+        wcopy<WDT>(wl, i, w[i]);
+    }
 }
 
 extern "C" int tqc_adamw_step(tq_backend *be, size_t n, float *w, const float *g, float *m,
                               float *v, float lr, float b1, float b2, float eps, float wd,
-                              float bc1, float bc2, const float *skip) {
+                              float bc1, float bc2, const float *skip, void *wlow, tq_dtype wdt) {
     if (!m || !v) {
         tq_backend_seterr(be, "adamw_step: moment buffers missing");
         return TQ_EINVAL;
     }
+    if (wcopy_check(be, "adamw_step", wlow, wdt)) return TQ_EINVAL;
     if (!n) return TQ_OK;
     TQC_NEED(be, "adamw_step", w);
     TQC_NEED(be, "adamw_step", g);
-    k_adamw<0><<<GRID(n)>>>(n, w, g, m, v, lr, b1, b2, eps, wd, bc1, bc2, NULL, NULL, skip);
+    WDT_SWITCH(wlow, wdt, WDT,
+               (k_adamw<0, WDT><<<GRID(n)>>>(n, w, g, m, v, lr, b1, b2, eps, wd, bc1, bc2, NULL,
+                                              NULL, skip, wlow)));
     TQC_LAUNCH_CHECK(be);
     return TQ_OK;
 }
 
 extern "C" int tqc_adamw_step_dyn(tq_backend *be, size_t n, float *w, const float *g, float *m,
                                   float *v, const tq_dstep_in *in, const tq_dstep_state *st,
-                                  float b1, float b2, float eps, float wd, const float *skip) {
+                                  float b1, float b2, float eps, float wd, const float *skip,
+                                  void *wlow, tq_dtype wdt) {
     if (!m || !v) {
         tq_backend_seterr(be, "adamw_step_dyn: moment buffers missing");
         return TQ_EINVAL;
     }
+    if (wcopy_check(be, "adamw_step_dyn", wlow, wdt)) return TQ_EINVAL;
     TQC_NEED(be, "adamw_step_dyn", in);
     TQC_NEED(be, "adamw_step_dyn", st);
     if (!n) return TQ_OK;
     TQC_NEED(be, "adamw_step_dyn", w);
     TQC_NEED(be, "adamw_step_dyn", g);
-    k_adamw<1><<<GRID(n)>>>(n, w, g, m, v, 0.0f, b1, b2, eps, wd, 0.0f, 0.0f, in, st, skip);
+    WDT_SWITCH(wlow, wdt, WDT,
+               (k_adamw<1, WDT><<<GRID(n)>>>(n, w, g, m, v, 0.0f, b1, b2, eps, wd, 0.0f, 0.0f, in,
+                                              st, skip, wlow)));
     TQC_LAUNCH_CHECK(be);
     return TQ_OK;
 }

@@ -683,30 +683,42 @@ static tbuf *skip_flag(tcase *c, int skip) {
     return skip < 0 ? NULL : tb_host(c, "skip", K_F32, 1, &v);
 }
 
-static void sgd_case(size_t n, float mom, float wd, int nesterov, int skip) {
+/* the 16-bit weight copy an optimizer step writes in the same pass: wdt -1 none, else a buffer
+ * of that dtype filled with other values first (a skipped step must leave them) */
+static const char *wcopy_label(int wdt) {
+    return wdt < 0 ? "" : wdt == TQ_F16 ? " + f16 weight copy" : " + bf16 weight copy";
+}
+static tbuf *wcopy_buf(tcase *c, const char *name, int wdt, size_t n) {
+    return wdt < 0 ? NULL : tb_in(c, name, wdt, n, -1, 1);
+}
+#define WDT(wdt) ((wdt) < 0 ? TQ_F32 : (tq_dtype)(wdt))
+
+static void sgd_case(size_t n, float mom, float wd, int nesterov, int skip, int wdt) {
     tcase c;
-    case_begin(&c, "sgd_step", TQ_F32, "n %zu lr 0.05 momentum %g wd %g%s%s%s", n, mom, wd,
-               nesterov ? " nesterov" : "", mom == 0 ? " buf NULL" : "", SKIPL[skip + 1]);
+    case_begin(&c, "sgd_step", TQ_F32, "n %zu lr 0.05 momentum %g wd %g%s%s%s%s", n, mom, wd,
+               nesterov ? " nesterov" : "", mom == 0 ? " buf NULL" : "", SKIPL[skip + 1], wcopy_label(wdt));
     tbuf *w = tb_in(&c, "w", K_F32, n, -1, 1), *g = tb_in(&c, "g", K_F32, n, -1, 1);
     tbuf *buf = mom != 0 ? tb_in(&c, "buf", K_F32, n, -1, 1) : NULL;
-    tbuf *sk = skip_flag(&c, skip);
-    RUN(&c, be->i->sgd_step(be, n, P(w), P(g), P(buf), 0.05f, mom, wd, nesterov, P(sk)));
+    tbuf *sk = skip_flag(&c, skip), *wl = wcopy_buf(&c, "w copy", wdt, n);
+    RUN(&c, be->i->sgd_step(be, n, P(w), P(g), P(buf), 0.05f, mom, wd, nesterov, P(sk), P(wl), WDT(wdt)));
     check(&c, w);
     if (buf) check(&c, buf);
+    if (wl) check(&c, wl);
     case_end(&c);
 }
 
-static void adamw_case(size_t n, int t, float wd, int skip) {
+static void adamw_case(size_t n, int t, float wd, int skip, int wdt) {
     const float lr = 1e-3f, b1 = 0.9f, b2 = 0.999f, eps = 1e-8f;
     float bc1 = 1.0f - powf(b1, (float)t), bc2 = 1.0f - powf(b2, (float)t);
     tcase c;
-    case_begin(&c, "adamw_step", TQ_F32, "n %zu lr 1e-3 betas 0.9/0.999 eps 1e-8 wd %g step %d%s", n, wd, t,
-               SKIPL[skip + 1]);
+    case_begin(&c, "adamw_step", TQ_F32, "n %zu lr 1e-3 betas 0.9/0.999 eps 1e-8 wd %g step %d%s%s", n, wd, t,
+               SKIPL[skip + 1], wcopy_label(wdt));
     tbuf *w = tb_in(&c, "w", K_F32, n, -1, 1), *g = tb_in(&c, "g", K_F32, n, -1, 1);
     tbuf *m = tb_in(&c, "m", K_F32, n, -0.1, 0.1), *v = tb_in(&c, "v", K_F32, n, 0, 0.01);
-    tbuf *sk = skip_flag(&c, skip);
-    RUN(&c, be->i->adamw_step(be, n, P(w), P(g), P(m), P(v), lr, b1, b2, eps, wd, bc1, bc2, P(sk)));
+    tbuf *sk = skip_flag(&c, skip), *wl = wcopy_buf(&c, "w copy", wdt, n);
+    RUN(&c, be->i->adamw_step(be, n, P(w), P(g), P(m), P(v), lr, b1, b2, eps, wd, bc1, bc2, P(sk), P(wl), WDT(wdt)));
     check(&c, w); check(&c, m); check(&c, v);
+    if (wl) check(&c, wl);
     case_end(&c);
 }
 
@@ -781,10 +793,11 @@ static void unscale_dyn_case(size_t n, int plant) {
     case_end(&c);
 }
 
-static void sgd_dyn_case(size_t n, float mom, int skip) {
+static void sgd_dyn_case(size_t n, float mom, int skip, int wdt) {
     const tq_dstep_in in = { 0.0375f, 1, 0, 0, 0, 0 };
     tcase c;
-    case_begin(&c, "sgd_step_dyn", TQ_F32, "n %zu lr 0.0375 momentum %g wd 5e-4 nesterov%s", n, mom, SKIPL[skip + 1]);
+    case_begin(&c, "sgd_step_dyn", TQ_F32, "n %zu lr 0.0375 momentum %g wd 5e-4 nesterov%s%s", n, mom,
+               SKIPL[skip + 1], wcopy_label(wdt));
     void *hw = gen(K_F32, n, -1, 1), *hb = gen(K_F32, n, -1, 1);
     tbuf *w1 = tb_host(&c, "w plain", K_F32, n, hw), *w2 = tb_host(&c, "w", K_F32, n, hw);
     tbuf *b1 = mom != 0 ? tb_host(&c, "buf plain", K_F32, n, hb) : NULL;
@@ -793,23 +806,31 @@ static void sgd_dyn_case(size_t n, float mom, int skip) {
     tbuf *g = tb_in(&c, "g", K_F32, n, -1, 1);
     tbuf *inb = tb_host(&c, "in", K_U8, sizeof in, &in);
     tbuf *sk = skip_flag(&c, skip);
-    RUN(&c, be->i->sgd_step(be, n, P(w1), P(g), P(b1), in.lr, mom, 5e-4f, 1, P(sk)));
-    RUN(&c, be->i->sgd_step_dyn(be, n, P(w2), P(g), P(b2), DIN(inb), mom, 5e-4f, 1, P(sk)));
+    tbuf *l1 = NULL, *l2 = NULL;
+    if (wdt >= 0) {
+        void *hl = gen(wdt, n, -1, 1);
+        l1 = tb_host(&c, "w copy plain", wdt, n, hl), l2 = tb_host(&c, "w copy", wdt, n, hl);
+        free(hl);
+    }
+    RUN(&c, be->i->sgd_step(be, n, P(w1), P(g), P(b1), in.lr, mom, 5e-4f, 1, P(sk), P(l1), WDT(wdt)));
+    RUN(&c, be->i->sgd_step_dyn(be, n, P(w2), P(g), P(b2), DIN(inb), mom, 5e-4f, 1, P(sk), P(l2), WDT(wdt)));
     check(&c, w2);
+    if (l2) check(&c, l2);
     same_bits(&c, w1, w2, "same bits: w");
     if (b1) same_bits(&c, b1, b2, "same bits: buf");
+    if (l1) same_bits(&c, l1, l2, "same bits: w copy");
     case_end(&c);
 }
 
-static void adamw_dyn_case(size_t n, int pick_b, int skip) {
+static void adamw_dyn_case(size_t n, int pick_b, int skip, int wdt) {
     const float b1 = 0.9f, b2 = 0.999f;
     tq_dstep_in in = { 1e-3f, 7, 0, 0, 0, 0 };
     in.bc1_a = (float)(1.0 - pow(b1, 7.0)); in.bc2_a = (float)(1.0 - pow(b2, 7.0));
     in.bc1_b = (float)(1.0 - pow(b1, 8.0)); in.bc2_b = (float)(1.0 - pow(b2, 8.0));
     const tq_dstep_state st = { 1, 1, 0, pick_b ? 7 : 6 };   /* t = opt_t + 1: 7 = t_a, or 8 */
     tcase c;
-    case_begin(&c, "adamw_step_dyn", TQ_F32, "n %zu lr 1e-3 wd 0.01, the device at t %d of {7, 8}%s", n,
-               pick_b ? 8 : 7, SKIPL[skip + 1]);
+    case_begin(&c, "adamw_step_dyn", TQ_F32, "n %zu lr 1e-3 wd 0.01, the device at t %d of {7, 8}%s%s", n,
+               pick_b ? 8 : 7, SKIPL[skip + 1], wcopy_label(wdt));
     void *hw = gen(K_F32, n, -1, 1), *hm = gen(K_F32, n, -0.1, 0.1), *hv = gen(K_F32, n, 0, 0.01);
     tbuf *w1 = tb_host(&c, "w plain", K_F32, n, hw), *w2 = tb_host(&c, "w", K_F32, n, hw);
     tbuf *m1 = tb_host(&c, "m plain", K_F32, n, hm), *m2 = tb_host(&c, "m", K_F32, n, hm);
@@ -819,12 +840,22 @@ static void adamw_dyn_case(size_t n, int pick_b, int skip) {
     tbuf *inb = tb_host(&c, "in", K_U8, sizeof in, &in), *stb = tb_host(&c, "state", K_U8, sizeof st, &st);
     tbuf *sk = skip_flag(&c, skip);
     float bc1 = pick_b ? in.bc1_b : in.bc1_a, bc2 = pick_b ? in.bc2_b : in.bc2_a;
-    RUN(&c, be->i->adamw_step(be, n, P(w1), P(g), P(m1), P(v1), in.lr, b1, b2, 1e-8f, 0.01f, bc1, bc2, P(sk)));
-    RUN(&c, be->i->adamw_step_dyn(be, n, P(w2), P(g), P(m2), P(v2), DIN(inb), STATE(stb), b1, b2, 1e-8f, 0.01f, P(sk)));
+    tbuf *l1 = NULL, *l2 = NULL;
+    if (wdt >= 0) {
+        void *hl = gen(wdt, n, -1, 1);
+        l1 = tb_host(&c, "w copy plain", wdt, n, hl), l2 = tb_host(&c, "w copy", wdt, n, hl);
+        free(hl);
+    }
+    RUN(&c, be->i->adamw_step(be, n, P(w1), P(g), P(m1), P(v1), in.lr, b1, b2, 1e-8f, 0.01f, bc1, bc2, P(sk),
+                              P(l1), WDT(wdt)));
+    RUN(&c, be->i->adamw_step_dyn(be, n, P(w2), P(g), P(m2), P(v2), DIN(inb), STATE(stb), b1, b2, 1e-8f, 0.01f,
+                                  P(sk), P(l2), WDT(wdt)));
     check(&c, w2);
+    if (l2) check(&c, l2);
     same_bits(&c, w1, w2, "same bits: w");
     same_bits(&c, m1, m2, "same bits: m");
     same_bits(&c, v1, v2, "same bits: v");
+    if (l1) same_bits(&c, l1, l2, "same bits: w copy");
     case_end(&c);
 }
 
@@ -885,7 +916,7 @@ static int graphs_skipped(tcase *c, tq_backend *dv) {
 static void graph_opt_case(void) {
     const size_t n = 100003;
     tcase c;
-    case_begin(&c, "graph", TQ_F32, "capture sgd_step_dyn + step_end, replay 3x (lr 0.1/0.05/0.025, overflow at the 2nd)");
+    case_begin(&c, "graph", TQ_F32, "capture sgd_step_dyn with its bf16 weight copy + step_end, replay 3x (lr 0.1/0.05/0.025, overflow at the 2nd)");
     tq_backend *dv = G.be[DEV];
     if (graphs_skipped(&c, dv)) return;
     const tq_dstep_state st0 = { 1024, 1024, 0, 0 };
@@ -894,6 +925,9 @@ static void graph_opt_case(void) {
     tbuf *w1 = tb_host(&c, "w direct", K_F32, n, hw), *w2 = tb_host(&c, "w", K_F32, n, hw);
     tbuf *b1 = tb_host(&c, "buf direct", K_F32, n, hb), *b2 = tb_host(&c, "buf", K_F32, n, hb);
     free(hw); free(hb);
+    void *hl = gen(K_BF16, n, -1, 1);
+    tbuf *l1 = tb_host(&c, "w copy direct", K_BF16, n, hl), *l2 = tb_host(&c, "w copy", K_BF16, n, hl);
+    free(hl);
     tbuf *g = tb_in(&c, "g", K_F32, n, -1, 1);
     tbuf *s1 = tb_host(&c, "state direct", K_U8, sizeof st0, &st0), *s2 = tb_host(&c, "state", K_U8, sizeof st0, &st0);
     tbuf *in1 = tb_host(&c, "in direct", K_U8, sizeof in, &in), *in2 = tb_host(&c, "in", K_U8, sizeof in, &in);
@@ -904,7 +938,7 @@ static void graph_opt_case(void) {
         int rc = dv->i->graph_begin(dv), orc = 0;
         if (!rc) {
             orc = dv->i->sgd_step_dyn(dv, n, w2->p[DEV], g->p[DEV], b2->p[DEV], (const tq_dstep_in *)in2->p[DEV],
-                                      0.9f, 5e-4f, 1, f2->p[DEV]);
+                                      0.9f, 5e-4f, 1, f2->p[DEV], l2->p[DEV], TQ_BF16);
             if (!orc) orc = dv->i->step_end(dv, (tq_dstep_state *)s2->p[DEV], f2->p[DEV], 1, 2.0f, 0.5f, 2);
             rc = dv->i->graph_end(dv, orc == 0, &gr);
             if (orc) rc = orc;
@@ -923,12 +957,13 @@ static void graph_opt_case(void) {
         }
         /* direct on both sides into the "direct" buffers; the replay on the device, direct on
          * the reference, into the others */
-        RUN(&c, be->i->sgd_step_dyn(be, n, P(w1), P(g), P(b1), DIN(in1), 0.9f, 5e-4f, 1, P(f1)));
+        RUN(&c, be->i->sgd_step_dyn(be, n, P(w1), P(g), P(b1), DIN(in1), 0.9f, 5e-4f, 1, P(f1), P(l1), TQ_BF16));
         RUN(&c, be->i->step_end(be, STATE(s1), P(f1), 1, 2.0f, 0.5f, 2));
         int rc = dv->i->graph_launch(dv, gr);
         if (rc) { case_fail(&c, DEV, "graph_launch", dv->err); break; }
         if (!c.bad && (rc = G.be[REF]->i->sgd_step_dyn(G.be[REF], n, w2->p[REF], g->p[REF], b2->p[REF],
-                                                      (const tq_dstep_in *)in2->p[REF], 0.9f, 5e-4f, 1, f2->p[REF])) == 0)
+                                                      (const tq_dstep_in *)in2->p[REF], 0.9f, 5e-4f, 1, f2->p[REF],
+                                                      l2->p[REF], TQ_BF16)) == 0)
             rc = G.be[REF]->i->step_end(G.be[REF], (tq_dstep_state *)s2->p[REF], f2->p[REF], 1, 2.0f, 0.5f, 2);
         if (rc) case_fail(&c, REF, "(op)", G.be[REF]->err);
     }
@@ -936,6 +971,7 @@ static void graph_opt_case(void) {
     check(&c, s2);
     same_bits(&c, w1, w2, "replayed == direct: w");
     same_bits(&c, b1, b2, "replayed == direct: buf");
+    same_bits(&c, l1, l2, "replayed == direct: w copy");
     same_bits(&c, s1, s2, "replayed == direct: state");
     dv->i->graph_free(dv, gr);
     case_end(&c);
@@ -1089,25 +1125,38 @@ static void run_all(void) {
         { 0, 0, 0 }, { 0, 5e-4f, 0 }, { 0.9f, 0, 0 }, { 0.9f, 5e-4f, 0 }, { 0.9f, 5e-4f, 1 },
     };
     for (size_t i = 0; i < NELEM(SGD); i++) {
-        sgd_case(1000003, SGD[i].mom, SGD[i].wd, SGD[i].nest, -1);
-        sgd_case(3, SGD[i].mom, SGD[i].wd, SGD[i].nest, -1);
+        sgd_case(1000003, SGD[i].mom, SGD[i].wd, SGD[i].nest, -1, -1);
+        sgd_case(3, SGD[i].mom, SGD[i].wd, SGD[i].nest, -1, -1);
     }
-    for (int sk = 0; sk < 2; sk++) sgd_case(1000003, 0.9f, 5e-4f, 1, sk);
-    adamw_case(1000003, 1, 0.01f, -1);
-    adamw_case(1000003, 7, 0.0f, -1);
-    adamw_case(3, 100, 0.01f, -1);
-    for (int sk = 0; sk < 2; sk++) adamw_case(1000003, 7, 0.01f, sk);
+    for (int sk = 0; sk < 2; sk++) sgd_case(1000003, 0.9f, 5e-4f, 1, sk, -1);
+    adamw_case(1000003, 1, 0.01f, -1, -1);
+    adamw_case(1000003, 7, 0.0f, -1, -1);
+    adamw_case(3, 100, 0.01f, -1, -1);
+    for (int sk = 0; sk < 2; sk++) adamw_case(1000003, 7, 0.01f, sk, -1);
+    /* with AMP's 16-bit weight copy written in the same pass, a skipped step included */
+    for (int d = 1; d < 3; d++)
+        for (int sk = -1; sk < 2; sk += 2) {
+            sgd_case(1000003, 0.9f, 5e-4f, 1, sk, DTS[d]);
+            sgd_case(1000003, 0.0f, 5e-4f, 0, sk, DTS[d]);
+            adamw_case(1000003, 7, 0.01f, sk, DTS[d]);
+        }
     for (size_t i = 0; i < NELEM(LBS); i++)
         for (int d = 0; d < 3; d++)
             for (int a = 0; a < 2; a++) load_case(&LBS[i], DTS[d], a);
     /* the step on the device (cuda_graphs) */
     for (int d = 0; d < 3; d++) { softmax_dyn_case(64, 10, DTS[d], 2); softmax_dyn_case(3, 1000, DTS[d], 3); }
     for (int p = 0; p < 2; p++) unscale_dyn_case(1000003, p);
-    sgd_dyn_case(1000003, 0.0f, -1);
-    sgd_dyn_case(1000003, 0.9f, -1);
-    sgd_dyn_case(1000003, 0.9f, 1);
-    for (int pick = 0; pick < 2; pick++) adamw_dyn_case(1000003, pick, -1);
-    adamw_dyn_case(1000003, 1, 1);
+    sgd_dyn_case(1000003, 0.0f, -1, -1);
+    sgd_dyn_case(1000003, 0.9f, -1, -1);
+    sgd_dyn_case(1000003, 0.9f, 1, -1);
+    for (int pick = 0; pick < 2; pick++) adamw_dyn_case(1000003, pick, -1, -1);
+    adamw_dyn_case(1000003, 1, 1, -1);
+    for (int d = 1; d < 3; d++) {
+        sgd_dyn_case(1000003, 0.9f, 0, DTS[d]);
+        sgd_dyn_case(1000003, 0.9f, 1, DTS[d]);
+        adamw_dyn_case(1000003, 1, 0, DTS[d]);
+        adamw_dyn_case(1000003, 1, 1, DTS[d]);
+    }
     for (int fp16 = 0; fp16 < 2; fp16++)
         for (int flag = 0; flag < 2; flag++) step_end_case(fp16, flag, 1000.1, 2);
     step_end_case(1, 0, 3.4028234663852886e38, 2);   /* growth would pass the largest float */

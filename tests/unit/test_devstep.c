@@ -189,24 +189,33 @@ static void test_cpu_backend_slots(void **state) {
     assert_true(fi == 1.0f && fi2 == 1.0f);
     for (int mom = 0; mom < 2; mom++) {
         float *w = rnd(n, -1, 1), *w2 = fdup(w, n), *gg = rnd(n, -1, 1), *b = rnd(n, -1, 1), *b2 = fdup(b, n);
-        assert_int_equal(I->sgd_step(be, n, w, gg, b, in.lr, mom ? 0.9f : 0.0f, 5e-4f, 1, NULL), 0);
-        assert_int_equal(I->sgd_step_dyn(be, n, w2, gg, b2, &in, mom ? 0.9f : 0.0f, 5e-4f, 1, NULL), 0);
+        uint16_t *l = calloc(n, 2), *l2 = calloc(n, 2);
+        tq_dtype wdt = mom ? TQ_BF16 : TQ_F16;
+        assert_int_equal(I->sgd_step(be, n, w, gg, b, in.lr, mom ? 0.9f : 0.0f, 5e-4f, 1, NULL, l, wdt), 0);
+        assert_int_equal(I->sgd_step_dyn(be, n, w2, gg, b2, &in, mom ? 0.9f : 0.0f, 5e-4f, 1, NULL, l2, wdt), 0);
         assert_memory_equal(w, w2, n * sizeof *w);
         assert_memory_equal(b, b2, n * sizeof *b);
-        free(w); free(w2); free(gg); free(b); free(b2);
+        assert_memory_equal(l, l2, n * 2);
+        free(w); free(w2); free(gg); free(b); free(b2); free(l); free(l2);
     }
     for (int pick = 0; pick < 2; pick++) {
         st.opt_t = pick ? 7 : 6;                     /* t = 7 = t_a, or 8 */
         float *w = rnd(n, -1, 1), *w2 = fdup(w, n), *gg = rnd(n, -1, 1);
         float *m = rnd(n, -0.1, 0.1), *m2 = fdup(m, n), *v = rnd(n, 0, 0.01), *v2 = fdup(v, n);
         float bc1 = pick ? in.bc1_b : in.bc1_a, bc2 = pick ? in.bc2_b : in.bc2_a, skip = 0;
-        assert_int_equal(I->adamw_step(be, n, w, gg, m, v, in.lr, 0.9f, 0.999f, 1e-8f, 0.01f, bc1, bc2, &skip), 0);
-        assert_int_equal(I->adamw_step_dyn(be, n, w2, gg, m2, v2, &in, &st, 0.9f, 0.999f, 1e-8f, 0.01f, &skip), 0);
+        uint16_t *l = calloc(n, 2), *l2 = calloc(n, 2);
+        assert_int_equal(I->adamw_step(be, n, w, gg, m, v, in.lr, 0.9f, 0.999f, 1e-8f, 0.01f, bc1, bc2, &skip,
+                                       l, TQ_BF16), 0);
+        assert_int_equal(I->adamw_step_dyn(be, n, w2, gg, m2, v2, &in, &st, 0.9f, 0.999f, 1e-8f, 0.01f, &skip,
+                                           l2, TQ_BF16), 0);
+        assert_memory_equal(l, l2, n * 2);
+        free(l); free(l2);
         assert_memory_equal(w, w2, n * sizeof *w);
         assert_memory_equal(m, m2, n * sizeof *m);
         assert_memory_equal(v, v2, n * sizeof *v);
         skip = 1;                                    /* a skipped step moves nothing */
-        assert_int_equal(I->adamw_step_dyn(be, n, w2, gg, m2, v2, &in, &st, 0.9f, 0.999f, 1e-8f, 0.01f, &skip), 0);
+        assert_int_equal(I->adamw_step_dyn(be, n, w2, gg, m2, v2, &in, &st, 0.9f, 0.999f, 1e-8f, 0.01f, &skip,
+                                           NULL, TQ_F32), 0);
         assert_memory_equal(w, w2, n * sizeof *w);
         free(w); free(w2); free(gg); free(m); free(m2); free(v); free(v2);
     }

@@ -1338,6 +1338,16 @@ static void test_unscale_check(void **state) {
     assert_true(found == 1.0f && s2[0] == 0.5f && s2[2] == 1.0f);
 }
 
+/* the weight copy an optimizer step writes in the same pass equals a separate cast of the new
+ * weights, bit for bit (and a skipped step leaves it, as it leaves the weights) */
+static void check_wcopy(const float *w, const void *wl, tq_dtype wdt, size_t n, const char *what) {
+    size_t es = tq_dtype_size(wdt);
+    void *ref = tmem(n * es);
+    CHECK_OK(be->i->cast(be, n, wdt, ref, TQ_F32, w));
+    if (memcmp(ref, wl, n * es)) fail_msg("%s: the fused %s weight copy differs from the cast", what,
+                                          wdt == TQ_F16 ? "f16" : "bf16");
+}
+
 static void test_sgd(void **state) {
     (void)state;
     size_t n = 40000;
@@ -1349,13 +1359,18 @@ static void test_sgd(void **state) {
         double *wr = dup_d(w, n), *br = dalloc(n);
         memset(br, 0, n * 8);
         const float clear = 0.0f, overflow = 1.0f;
+        tq_dtype wdt = c % 2 ? TQ_BF16 : TQ_F16;   /* configs 0 and 2 without the copy */
+        void *wl = tmem(n * 2);
         for (int step = 0; step < 3; step++) {
             float *g = frand(n, 1), *bad = frand(n, 1);
             CHECK_OK(be->i->sgd_step(be, n, w, g, cfg[c].mom == 0 ? NULL : buf, lr, cfg[c].mom,
-                                     cfg[c].wd, cfg[c].nest, step % 2 ? &clear : NULL));
+                                     cfg[c].wd, cfg[c].nest, step % 2 ? &clear : NULL,
+                                     c % 2 ? wl : NULL, wdt));
+            if (c % 2) check_wcopy(w, wl, wdt, n, "sgd_step");
             bad[n / 2] = NAN;   /* an overflowed step: the flag set, nothing may move */
             CHECK_OK(be->i->sgd_step(be, n, w, bad, cfg[c].mom == 0 ? NULL : buf, lr, cfg[c].mom,
-                                     cfg[c].wd, cfg[c].nest, &overflow));
+                                     cfg[c].wd, cfg[c].nest, &overflow, c % 2 ? wl : NULL, wdt));
+            if (c % 2) check_wcopy(w, wl, wdt, n, "sgd_step skipped");
             for (size_t i = 0; i < n; i++) {       /* torch.optim.SGD, dampening 0 */
                 double d = g[i] + (double)cfg[c].wd * wr[i];
                 if (cfg[c].mom != 0) {
@@ -1368,8 +1383,12 @@ static void test_sgd(void **state) {
         CHECK_REL(rel_fd(w, wr, n), 1e-6, "sgd w (config %d)", c);
         if (cfg[c].mom != 0) CHECK_REL(rel_fd(buf, br, n), 1e-6, "sgd buf (config %d)", c);
     }
-    float w1 = 1, g1 = 1;
-    CHECK_EINVAL(be->i->sgd_step(be, 1, &w1, &g1, NULL, 0.1f, 0.9f, 0.0f, 0, NULL));
+    float w1 = 1, g1 = 1, b1 = 0;
+    uint16_t l1 = 0;
+    CHECK_EINVAL(be->i->sgd_step(be, 1, &w1, &g1, NULL, 0.1f, 0.9f, 0.0f, 0, NULL, NULL, TQ_F32));
+    /* a weight copy must be 16-bit: f32 would be the weights themselves */
+    CHECK_EINVAL(be->i->sgd_step(be, 1, &w1, &g1, &b1, 0.1f, 0.9f, 0.0f, 0, NULL, &l1, TQ_F32));
+    assert_true(w1 == 1 && l1 == 0);
 }
 
 static void test_adamw(void **state) {
@@ -1386,10 +1405,15 @@ static void test_adamw(void **state) {
         float *g = frand(n, 0.1);
         float bc1 = 1.0f - powf(b1, (float)t), bc2 = 1.0f - powf(b2, (float)t);
         const float clear = 0.0f, overflow = 1.0f;
-        CHECK_OK(be->i->adamw_step(be, n, w, g, m, v, lr, b1, b2, eps, wd, bc1, bc2, t % 2 ? &clear : NULL));
+        tq_dtype wdt = t % 2 ? TQ_F16 : TQ_BF16;
+        void *wl = t == 1 ? NULL : tmem(n * 2);   /* step 1 without the copy */
+        CHECK_OK(be->i->adamw_step(be, n, w, g, m, v, lr, b1, b2, eps, wd, bc1, bc2, t % 2 ? &clear : NULL,
+                                   wl, wdt));
+        if (wl) check_wcopy(w, wl, wdt, n, "adamw_step");
         float *bad = frand(n, 0.1);
         bad[0] = INFINITY;   /* an overflowed step in between: nothing may move */
-        CHECK_OK(be->i->adamw_step(be, n, w, bad, m, v, lr, b1, b2, eps, wd, bc1, bc2, &overflow));
+        CHECK_OK(be->i->adamw_step(be, n, w, bad, m, v, lr, b1, b2, eps, wd, bc1, bc2, &overflow, wl, wdt));
+        if (wl) check_wcopy(w, wl, wdt, n, "adamw_step skipped");
         for (size_t i = 0; i < n; i++) {       /* torch.optim.AdamW */
             wr[i] *= 1.0 - (double)lr * wd;
             mr[i] = b1 * mr[i] + (1.0 - b1) * g[i];

@@ -74,7 +74,7 @@ static void test_ops_timed_and_unchanged(void **state) {
     assert_memory_equal(y1, y3, nx * 4);
     assert_int_equal(be->i->relu_fwd(be, nx, TQ_F32, y3, y3), 0);
     assert_int_equal(be->i->cast(be, nx, TQ_F16, h, TQ_F32, x), 0);
-    assert_int_equal(be->i->sgd_step(be, nx, wt, g, buf, 0.1f, 0.9f, 1e-4f, 1, NULL), 0);
+    assert_int_equal(be->i->sgd_step(be, nx, wt, g, buf, 0.1f, 0.9f, 1e-4f, 1, NULL, NULL, TQ_F32), 0);
     be->i->memset0(be, g, nx * 4);
     tq_prof_set(p, 0);
     assert_int_equal(be->i->relu_fwd(be, nx, TQ_F32, y3, y3), 0);   /* off again: not counted */
