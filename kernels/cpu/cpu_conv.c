@@ -103,6 +103,7 @@ static int geom(tq_backend *be, const char *op, const tq_conv_desc *d, tq_dtype 
 
 static size_t up16(size_t f) { return (f + 15) / 16 * 16; }
 static int wino_use(tq_backend *be, const tq_conv_desc *d, tq_dtype dt);
+static int cx_tile(tq_backend *be);
 
 /* bwd_data of a stride-1 convolution (pad <= R−1, S−1) is the forward convolution of dy with
  * the flipped, channel-transposed kernel W'[c][r][s][k] = W[k][R−1−r][S−1−s][c] and padding
@@ -184,7 +185,7 @@ static size_t conv_ws_impl(tq_backend *be, const tq_conv_desc *d, tq_dtype dt, i
     for (int op = OP_FWD; op <= OP_BWD_FILTER; op++) {
         size_t b;
         if (!lin && wino_use(be, d, dt)) {
-            b = tq_cpu_wino_ws(d, op, tq_cpu_nt(be));
+            b = tq_cpu_wino_ws(d, op, tq_cpu_nt(be), cx_tile(be));
             if (b > m) m = b;
             continue;
         }
@@ -667,6 +668,8 @@ static int wino_use(tq_backend *be, const tq_conv_desc *d, tq_dtype dt) {
         int wide = ok && !below && __builtin_cpu_supports("avx512f");
         cx->wino_vec = wide ? 16 : 8;
         cx->wino_amx = tq_dnnl_has_amx(be);
+        const char *te = getenv("TQ_CPU_WINO_TILE");
+        cx->wino_tile = te && !strcmp(te, "2") ? 2 : 4;
         if (env && env[0] == '0' && env[1] == 0) cx->wino = WINO_OFF;
         else if (env && env[0] == '1' && env[1] == 0) cx->wino = ok ? WINO_ALL : WINO_OFF;
         else if (cx->dnnl_off) cx->wino = WINO_OFF;   /* TQ_CPU_DNNL=0: everything on im2col */
@@ -674,15 +677,17 @@ static int wino_use(tq_backend *be, const tq_conv_desc *d, tq_dtype dt) {
     }
     if (cx->wino == WINO_ALL) return 1;
     if (cx->wino != WINO_WIDE || (dt == TQ_BF16 && cx->wino_amx)) return 0;
-    if (dt == TQ_F32) return tq_cpu_wino_fits512(d) && d->x.c >= 32 && d->k >= 32;
+    if (dt == TQ_F32)   /* F(2×2, 3×3) (TQ_CPU_WINO_TILE=2) only from 32 channels */
+        return tq_cpu_wino_fits512(d) && (cx->wino_tile == 4 || (d->x.c >= 32 && d->k >= 32));
     return 1;   /* f16, bf16 without AMX: against oneDNN's f32 kernels on f32 copies, all of them */
 }
 
 static int cx_vec(tq_backend *be) { return ((tq_cpu_ctx *)be->ctx)->wino_vec; }
+static int cx_tile(tq_backend *be) { return ((tq_cpu_ctx *)be->ctx)->wino_tile; }
 
 static int wino_ws_ok(tq_backend *be, const char *op, const tq_conv_desc *d, int kind,
                       size_t ws_bytes, const void *ws) {
-    size_t need = tq_cpu_wino_ws(d, kind, tq_cpu_nt(be));
+    size_t need = tq_cpu_wino_ws(d, kind, tq_cpu_nt(be), cx_tile(be));
     if (ws_bytes < need || !ws) {
         tq_backend_seterr(be, "%s: workspace too small (%zu < %zu bytes)", op, ws_bytes, need);
         return 0;
@@ -698,7 +703,7 @@ int tq_cpu_conv_fwd(tq_backend *be, const tq_conv_desc *d, tq_dtype dt, void *y,
     if (!geom(be, "conv_fwd", d, dt, &g)) {
         if (wino_use(be, d, dt))
             return wino_ws_ok(be, "conv_fwd", d, OP_FWD, ws_bytes, ws)
-                       ? tq_cpu_wino_fwd(tq_cpu_nt(be), cx_vec(be), d, dt, y, x, w, bias, ws) : TQ_EINVAL;
+                       ? tq_cpu_wino_fwd(tq_cpu_nt(be), cx_vec(be), cx_tile(be), d, dt, y, x, w, bias, ws) : TQ_EINVAL;
         int rc = tq_dnnl_conv_fwd(be, d, dt, y, x, w, bias, ws, ws_bytes);
         if (rc != TQ_DNNL_NA) return rc;
     }
@@ -710,7 +715,7 @@ int tq_cpu_conv_bwd_data(tq_backend *be, const tq_conv_desc *d, tq_dtype dt, voi
     if (!geom(be, "conv_bwd_data", d, dt, &g)) {
         if (wino_use(be, d, dt))
             return wino_ws_ok(be, "conv_bwd_data", d, OP_BWD_DATA, ws_bytes, ws)
-                       ? tq_cpu_wino_bwd_data(tq_cpu_nt(be), cx_vec(be), d, dt, dx, beta, dy, w, ws) : TQ_EINVAL;
+                       ? tq_cpu_wino_bwd_data(tq_cpu_nt(be), cx_vec(be), cx_tile(be), d, dt, dx, beta, dy, w, ws) : TQ_EINVAL;
         int rc = tq_dnnl_conv_bwd_data(be, d, dt, dx, beta, dy, w, ws, ws_bytes);
         if (rc != TQ_DNNL_NA) return rc;
     }
@@ -722,7 +727,7 @@ int tq_cpu_conv_bwd_filter(tq_backend *be, const tq_conv_desc *d, tq_dtype dt, f
     if (!geom(be, "conv_bwd_filter", d, dt, &g)) {
         if (wino_use(be, d, dt))
             return wino_ws_ok(be, "conv_bwd_filter", d, OP_BWD_FILTER, ws_bytes, ws)
-                       ? tq_cpu_wino_bwd_filter(tq_cpu_nt(be), cx_vec(be), d, dt, dw, db, x, dy, ws) : TQ_EINVAL;
+                       ? tq_cpu_wino_bwd_filter(tq_cpu_nt(be), cx_vec(be), cx_tile(be), d, dt, dw, db, x, dy, ws) : TQ_EINVAL;
         int rc = tq_dnnl_conv_bwd_filter(be, d, dt, dw, db, x, dy, ws, ws_bytes);
         if (rc != TQ_DNNL_NA) return rc;
     }

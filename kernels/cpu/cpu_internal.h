@@ -66,6 +66,7 @@ typedef struct {
     int wino;           /* Winograd 3×3 convolutions: 0 not decided yet, or a wino_mode */
     int wino_vec;       /* their registers: 8 channels (AVX2) or 16 (AVX-512) */
     int wino_amx;       /* oneDNN has AMX here: bf16 stays with its tile kernels */
+    int wino_tile;      /* fwd and bwd_data's output tile: 2 (F(2×2, 3×3)) or 4 (F(4×4, 3×3)) */
     unsigned char fetch[TQ_FETCH_SLOTS][TQ_FETCH_BYTES];   /* fetch_begin's slots (copied at once) */
     double fetch_ms[TQ_FETCH_SLOTS];
 } tq_cpu_ctx;
@@ -106,22 +107,23 @@ int tq_cpu_is_intel(void);
  * on the tile units */
 int tq_dnnl_has_amx(tq_backend *);
 
-/* 3×3 stride-1 convolutions (f32, f16, bf16) by Winograd F(2×2, 3×3) on AVX2: cpu_wino.c.
- * fits: the descriptor is one it runs (3×3, stride 1, pad <= 2, channels multiples of 8); the
- * caller checks that the CPU has AVX2, FMA and F16C. ws: workspace bytes of kind (0 fwd, 1 bwd_data,
- * 2 bwd_filter) for nt threads. The ops never fail on a fitting descriptor and a big enough
- * workspace. */
+/* 3×3 stride-1 convolutions (f32, f16, bf16) by Winograd F(2×2, 3×3) and F(4×4, 3×3) on AVX2:
+ * cpu_wino.c. fits: the descriptor is one it runs (3×3, stride 1, pad <= 2, channels multiples
+ * of 8); the caller checks that the CPU has AVX2, FMA and F16C. ws: workspace bytes of kind
+ * (0 fwd, 1 bwd_data, 2 bwd_filter) for nt threads and tile. tile: the output tile, 2
+ * (F(2×2, 3×3)) or 4 (F(4×4, 3×3)). The ops never fail on a fitting descriptor and a big
+ * enough workspace. */
 int tq_cpu_wino_fits(const tq_conv_desc *d);
-size_t tq_cpu_wino_ws(const tq_conv_desc *d, int kind, int nt);
+size_t tq_cpu_wino_ws(const tq_conv_desc *d, int kind, int nt, int tile);
 /* vec 16: the GEMMs on AVX-512 registers where the channels are multiples of 16 (fits512; the
  * caller checks that the CPU has AVX-512F), the same bits as vec 8 (AVX2) */
 int tq_cpu_wino_fits512(const tq_conv_desc *d);
-int tq_cpu_wino_fwd(int nt, int vec, const tq_conv_desc *d, tq_dtype dt, void *y, const void *x,
-                    const void *w, const float *bias, void *ws);
-int tq_cpu_wino_bwd_data(int nt, int vec, const tq_conv_desc *d, tq_dtype dt, void *dx, float beta,
-                         const void *dy, const void *w, void *ws);
-int tq_cpu_wino_bwd_filter(int nt, int vec, const tq_conv_desc *d, tq_dtype dt, float *dw, float *db,
-                           const void *x, const void *dy, void *ws);
+int tq_cpu_wino_fwd(int nt, int vec, int tile, const tq_conv_desc *d, tq_dtype dt, void *y,
+                    const void *x, const void *w, const float *bias, void *ws);
+int tq_cpu_wino_bwd_data(int nt, int vec, int tile, const tq_conv_desc *d, tq_dtype dt, void *dx,
+                         float beta, const void *dy, const void *w, void *ws);
+int tq_cpu_wino_bwd_filter(int nt, int vec, int tile, const tq_conv_desc *d, tq_dtype dt, float *dw,
+                           float *db, const void *x, const void *dy, void *ws);
 
 /* convolution and linear: cpu_conv.c */
 size_t tq_cpu_conv_ws(tq_backend *, const tq_conv_desc *, tq_dtype dt);

@@ -1,34 +1,43 @@
-/* cpu_wino.c — 3×3 stride-1 convolutions by Winograd's F(2×2, 3×3), on AVX2 or AVX-512.
+/* cpu_wino.c — 3×3 stride-1 convolutions by Winograd's F(4×4, 3×3) and F(2×2, 3×3), on AVX2 or
+ * AVX-512.
  *
  * Types: x, y, w, dx, dy in the op's type (f32, f16, bf16); f16/bf16 values are converted to
  * f32 exactly as they are loaded (F16C, a shift) and every output is rounded once as it is
  * stored, to nearest even, bit for bit as tq_f32_to_f16/bf16; everything in between is f32,
  * so a 16-bit op's outputs are its f32 op's on the same values, rounded. dw, db, bias: f32.
  *
- * Why: on a CPU without AVX-512, oneDNN 2.6's direct convolutions (jit:avx2) already run near
- * the FMA peak of the cores, so the only way to do a 3×3 convolution faster is to do fewer
- * multiplications. F(2×2, 3×3) computes a 2×2 output tile from a 4×4 input tile with 16
- * products per (input, output) channel pair instead of 36 (2.25× fewer); the transforms are
- * additions over channels, which NHWC keeps contiguous, so every transform works on 8 channels
- * in one AVX2 register. oneDNN's own Winograd convolutions need AVX-512. On AVX-512 the same
- * kernels (cpu_wino_vec.h, compiled at both widths) take 16 channels a register, where the
- * channel counts are multiples of 16: there they beat oneDNN's direct kernels from 32 channels
- * up. cpu_conv.c decides when these run (wino_use).
+ * Why: oneDNN 2.6's direct convolutions already run near the FMA peak of the cores (jit:avx2
+ * and avx512_core alike), so the only way to do a 3×3 convolution faster is to do fewer
+ * multiplications. F(m×m, 3×3) computes an m×m output tile from an (m+2)×(m+2) input tile with
+ * (m+2)² products per (input, output) channel pair instead of 9m²: F(2×2, 3×3) 16 instead of
+ * 36 (2.25× fewer), F(4×4, 3×3) 36 instead of 144 (4× fewer). The transforms are additions
+ * and multiplications by constants over channels, which NHWC keeps contiguous, so every
+ * transform works on 8 channels in one AVX2 register, or 16 in an AVX-512 one (the same
+ * kernels, cpu_wino_vec.h, compiled at both widths; at 16 where the channel counts are
+ * multiples of 16). oneDNN's own Winograd convolutions need AVX-512 and are f32 only.
+ * cpu_conv.c decides when these run (wino_use) and with which tile (tile 4: F(4×4, 3×3) where
+ * it takes fewer products over the output than F(2×2, 3×3): square maps of 3, 4 and from 7 up;
+ * 1 and 2 take F(2×2, 3×3), 5 and 6 tie and take it too).
  *
  * The three ops share one set of transforms (Lavin & Gray 2015, "Fast Algorithms for
  * Convolutional Neural Networks"; the backward forms by the transposition principle):
- *   fwd:        Y = Aᵀ[(G g Gᵀ) ⊙ (Bᵀ d B)]A                 per 4×4 tile d of x (stride 2)
+ *   fwd:        Y = Aᵀ[(G g Gᵀ) ⊙ (Bᵀ d B)]A                 per (m+2)² tile d of x (stride m)
  *   bwd_data:   the forward convolution of dy with the flipped, channel-transposed kernel
  *               W'[c][r][s][k] = W[k][2−r][2−s][c] and padding 2 − pad (exact for stride 1)
- *   bwd_filter: dW = Gᵀ[Σ_tiles (A dY Aᵀ) ⊙ (Bᵀ d B)]G     per 2×2 tile dY of dy and the 4×4
- *               tile d of x it saw; the sum over tiles (and images) is 16 GEMMs, ξ = 0..15:
+ *   bwd_filter: dW = Gᵀ[Σ_tiles (A dY Aᵀ) ⊙ (Bᵀ d B)]G     per m×m tile dY of dy and the
+ *               (m+2)² tile d of x it saw; the sum over tiles (and images) is (m+2)² GEMMs:
  *               Mξ[k][c] = Σ_t Dξ[t][k]·Vξ[t][c]
- * with Bᵀ = [1 0 −1 0; 0 1 1 0; 0 −1 1 0; 0 1 0 −1], G = [1 0 0; ½ ½ ½; ½ −½ ½; 0 0 1],
- * Aᵀ = [1 1 1 0; 0 1 −1 −1]. Tiles over the image's edge read zeros and write nothing.
+ * F(2×2, 3×3): Bᵀ = [1 0 −1 0; 0 1 1 0; 0 −1 1 0; 0 1 0 −1], G = [1 0 0; ½ ½ ½; ½ −½ ½; 0 0 1],
+ *   Aᵀ = [1 1 1 0; 0 1 −1 −1].
+ * F(4×4, 3×3) (points 0, ±1, ±2, ∞): Bᵀ = [4 0 −5 0 1 0; 0 −4 −4 1 1 0; 0 4 −4 −1 1 0;
+ *   0 −2 −1 2 1 0; 0 2 −1 −2 1 0; 0 4 0 −5 0 1], G = [¼ 0 0; −⅙ −⅙ −⅙; −⅙ ⅙ −⅙;
+ *   1/24 1/12 ⅙; 1/24 −1/12 ⅙; 0 0 1], Aᵀ = [1 1 1 1 1 0; 0 1 −1 2 −2 0; 0 1 1 4 4 0;
+ *   0 1 −1 8 −8 1].
+ * Tiles over the image's edge read zeros and write nothing.
  *
  * Blocking: tiles (n, ty, tx), n-major, go in blocks of TB (a multiple of 6, the GEMM
- * micro-kernel's rows). Per block: the input transform into V[16][TB][C], 16 GEMMs
- * M[ξ] = V[ξ]·U[ξ] (U[16][C][K] the transformed filter, once a call), the output transform.
+ * micro-kernel's rows). Per block: the input transform into V[E][TB][C] (E = (m+2)²), E GEMMs
+ * M[ξ] = V[ξ]·U[ξ] (U[E][C][K] the transformed filter, once a call), the output transform.
  * A block's V and M stay in L2.
  *
  * Threads: fwd and bwd_data hand out blocks dynamically (a block's result does not depend on
@@ -36,14 +45,15 @@
  * accumulators, added in thread order at the end, so results are reproducible for a thread
  * count (as oneDNN's and the im2col path's).
  *
- * Accuracy: the transforms only add and halve; the error is that of a 3×3 convolution
- * summed in a different order, within a few f32 ulps of the sum's magnitude (tests/unit/
- * test_ops.c holds all three ops to 1e-5 of a double reference).
+ * Accuracy: F(2×2, 3×3)'s transforms only add and halve; F(4×4, 3×3)'s multiply by up to 8 and
+ * 1/24, so its rounding error is larger (in numpy, a tile in f32 against float64: 7e-7 of the
+ * largest output) but still of the order of a few f32 ulps of the sum's magnitude:
+ * tests/unit/test_ops.c holds all three ops, at both tiles, to 1e-5 of a double reference.
  *
  * Workspace (floats, sections rounded up to 16 floats, the base aligned to 64 bytes inside
  * the caller's buffer):
- *   fwd, bwd_data: U[16·Cin·Cout] | T × {V[16·TB·Cin] | M[16·TB·Cout]}
- *   bwd_filter:    T × {V[16·TB·C] | D[16·TB·K] | Macc[16·K·C] | db[K]}
+ *   fwd, bwd_data: U[E·Cin·Cout] | wt[9·Cin·Cout] | T × {V[E·TB·Cin] | M[E·TB·Cout]}
+ *   bwd_filter:    T × {V[E·TB·C] | D[E·TB·K] | Macc[E·K·C] | db[K]}
  */
 #include <stdint.h>
 #include <string.h>
@@ -61,6 +71,7 @@
 /* the geometry of a forward-form convolution: x [n][h][w][ci] → y [n][p][q][co], pad */
 typedef struct {
     int n, h, w, ci, co, pad, p, q, ty, tx, tb;
+    int m, E;                   /* outputs per tile side (2 or 4), products per tile (16, 36) */
     int dt;                     /* x, y, w, dx, dy: TQ_F32, TQ_F16 or TQ_BF16 */
     size_t nt, nblk;
 } wgeom;
@@ -69,25 +80,27 @@ static size_t up16(size_t f) { return (f + 15) / 16 * 16; }
 
 /* tiles per block: V and M of a block about 96 KiB together (measured best of 96/192/384 KiB
  * on the three ResNet-20 stages, 2 threads), at least 2 rows of the kernel */
-static int pick_tb(int ci, int co) {
+static int pick_tb(int ci, int co, int E) {
 #ifndef WINO_TB_FLOATS
 #define WINO_TB_FLOATS 24576
 #endif
-    int tb = (int)(WINO_TB_FLOATS / (16 * (size_t)(ci + co))) / MR * MR;
+    int tb = (int)(WINO_TB_FLOATS / (E * (size_t)(ci + co))) / MR * MR;
     if (tb < 2 * MR) tb = 2 * MR;
     if (tb > 16 * MR) tb = 16 * MR;
     return tb;
 }
 
-static void wgeom_init(wgeom *g, int n, int h, int w, int ci, int co, int pad, int dt) {
+static void wgeom_init(wgeom *g, int n, int h, int w, int ci, int co, int pad, int dt, int m) {
     g->dt = dt;
     g->n = n; g->h = h; g->w = w; g->ci = ci; g->co = co; g->pad = pad;
+    g->m = m;
+    g->E = (m + 2) * (m + 2);
     g->p = h + 2 * pad - 2;
     g->q = w + 2 * pad - 2;
-    g->ty = (g->p + 1) / 2;
-    g->tx = (g->q + 1) / 2;
+    g->ty = (g->p + m - 1) / m;
+    g->tx = (g->q + m - 1) / m;
     g->nt = (size_t)n * g->ty * g->tx;
-    g->tb = pick_tb(ci, co);
+    g->tb = pick_tb(ci, co, g->E);
     g->nblk = (g->nt + g->tb - 1) / g->tb;
 }
 
@@ -101,41 +114,51 @@ int tq_cpu_wino_fits512(const tq_conv_desc *d) {
     return tq_cpu_wino_fits(d) && d->x.c % 16 == 0 && d->k % 16 == 0;
 }
 
-/* kind: 0 fwd, 1 bwd_data, 2 bwd_filter */
-static void fwd_form(const tq_conv_desc *d, int dt, int kind, wgeom *g) {
+/* products per image of tiles of m×m outputs over a p×q output: ⌈p/m⌉·⌈q/m⌉·(m+2)² */
+static long tile_products(int p, int q, int m) {
+    return (long)((p + m - 1) / m) * ((q + m - 1) / m) * (m + 2) * (m + 2);
+}
+
+/* kind: 0 fwd, 1 bwd_data, 2 bwd_filter. tile 2: F(2×2, 3×3); tile 4: F(4×4, 3×3) where it
+ * takes fewer products over the op's output than F(2×2, 3×3) (ResNet's 7×7 to 32×32 maps:
+ * 1.36-1.78× fewer), else F(2×2, 3×3) (a 2×2 map: 36 products against 16) */
+static void fwd_form(const tq_conv_desc *d, int dt, int kind, int tile, wgeom *g) {
+    int h = d->x.h, w = d->x.w, ci = d->x.c, co = d->k, pad = d->pad;
     if (kind == 1) {   /* dy [N][P][Q][K] → dx [N][H][W][C], padding 2 − pad */
-        int P = d->x.h + 2 * d->pad - 2, Q = d->x.w + 2 * d->pad - 2;
-        wgeom_init(g, d->x.n, P, Q, d->k, d->x.c, 2 - d->pad, dt);
-    } else {
-        wgeom_init(g, d->x.n, d->x.h, d->x.w, d->x.c, d->k, d->pad, dt);
+        h = d->x.h + 2 * d->pad - 2, w = d->x.w + 2 * d->pad - 2;
+        ci = d->k, co = d->x.c, pad = 2 - d->pad;
     }
+    int p = h + 2 * pad - 2, q = w + 2 * pad - 2;
+    int m = tile == 4 && tile_products(p, q, 4) < tile_products(p, q, 2) ? 4 : 2;
+    wgeom_init(g, d->x.n, h, w, ci, co, pad, dt, m);
 }
 
 /* The workspace's sections in floats from the 64-byte aligned base, one layout for
- * tq_cpu_wino_ws and the ops: fwd/bwd_data (filter 0) U, then per thread V | M; bwd_filter
+ * tq_cpu_wino_ws and the ops: fwd/bwd_data (filter 0) U | wt, then per thread V | M; bwd_filter
  * (filter 1) per thread V | D | Macc | db. Absent sections are 0. */
-typedef struct { size_t u, v, m, d, acc, db, per, total; } wlay;
+typedef struct { size_t u, wt, v, m, d, acc, db, per, total; } wlay;
 
 static void wlayout(const wgeom *g, int filter, int nt, wlay *L) {
     memset(L, 0, sizeof *L);
-    const size_t tb = (size_t)g->tb, ci = (size_t)g->ci, co = (size_t)g->co;
-    L->v = up16(16 * tb * ci);
+    const size_t tb = (size_t)g->tb, ci = (size_t)g->ci, co = (size_t)g->co, E = (size_t)g->E;
+    L->v = up16(E * tb * ci);
     if (filter) {
-        L->d = up16(16 * tb * co);
-        L->acc = up16(16 * co * ci);
+        L->d = up16(E * tb * co);
+        L->acc = up16(E * co * ci);
         L->db = up16(co);
     } else {
-        L->u = up16(16 * ci * co);
-        L->m = up16(16 * tb * co);
+        L->u = up16(E * ci * co);
+        L->wt = up16(9 * ci * co);
+        L->m = up16(E * tb * co);
     }
     L->per = L->v + L->m + L->d + L->acc + L->db;
-    L->total = L->u + (size_t)nt * L->per;
+    L->total = L->u + L->wt + (size_t)nt * L->per;
 }
 
-size_t tq_cpu_wino_ws(const tq_conv_desc *d, int kind, int nt) {
+size_t tq_cpu_wino_ws(const tq_conv_desc *d, int kind, int nt, int tile) {
     wgeom g;
     wlay L;
-    fwd_form(d, TQ_F32, kind, &g);   /* the layout does not depend on the type */
+    fwd_form(d, TQ_F32, kind, tile, &g);   /* the layout does not depend on the type */
     wlayout(&g, kind == 2, nt, &L);
     return L.total * sizeof(float) + 64;
 }
@@ -297,28 +320,28 @@ WIN16 void st16(void *p, size_t i, __m512 v, int dt) {
 
 /* ---- the ops: the AVX-512 kernels where vec is 16 and the channels are multiples of 16 ---- */
 
-int tq_cpu_wino_fwd(int nt, int vec, const tq_conv_desc *d, tq_dtype dt, void *y, const void *x,
-                    const void *w, const float *bias, void *ws) {
+int tq_cpu_wino_fwd(int nt, int vec, int tile, const tq_conv_desc *d, tq_dtype dt, void *y,
+                    const void *x, const void *w, const float *bias, void *ws) {
     wgeom g;
-    fwd_form(d, dt, 0, &g);
+    fwd_form(d, dt, 0, tile, &g);
     if (vec == 16 && tq_cpu_wino_fits512(d)) run_fwd_form_16(&g, nt, x, w, d->k, d->x.c, 0, bias, 0.0f, y, ws);
     else run_fwd_form_8(&g, nt, x, w, d->k, d->x.c, 0, bias, 0.0f, y, ws);
     return TQ_OK;
 }
 
-int tq_cpu_wino_bwd_data(int nt, int vec, const tq_conv_desc *d, tq_dtype dt, void *dx, float beta,
-                         const void *dy, const void *w, void *ws) {
+int tq_cpu_wino_bwd_data(int nt, int vec, int tile, const tq_conv_desc *d, tq_dtype dt, void *dx,
+                         float beta, const void *dy, const void *w, void *ws) {
     wgeom g;
-    fwd_form(d, dt, 1, &g);
+    fwd_form(d, dt, 1, tile, &g);
     if (vec == 16 && tq_cpu_wino_fits512(d)) run_fwd_form_16(&g, nt, dy, w, d->k, d->x.c, 1, NULL, beta, dx, ws);
     else run_fwd_form_8(&g, nt, dy, w, d->k, d->x.c, 1, NULL, beta, dx, ws);
     return TQ_OK;
 }
 
-int tq_cpu_wino_bwd_filter(int nt, int vec, const tq_conv_desc *d, tq_dtype dt, float *dw, float *db,
-                           const void *x, const void *dy, void *ws) {
+int tq_cpu_wino_bwd_filter(int nt, int vec, int tile, const tq_conv_desc *d, tq_dtype dt, float *dw,
+                           float *db, const void *x, const void *dy, void *ws) {
     wgeom g;
-    fwd_form(d, dt, 2, &g);
+    fwd_form(d, dt, 2, tile, &g);
     if (nt > WINO_TMAX) nt = WINO_TMAX;
     if (vec == 16 && tq_cpu_wino_fits512(d)) run_bwd_filter_16(&g, nt, x, dy, dw, db, ws);
     else run_bwd_filter_8(&g, nt, x, dy, dw, db, ws);

@@ -27,7 +27,7 @@ static tq_backend *be;
 
 /* ---- scratch memory: freed after every test (also when a check fails) ---- */
 
-#define MAXMEM 4096
+#define MAXMEM 8192
 static void *mem[MAXMEM];
 static int nmem;
 
@@ -484,9 +484,10 @@ static void wino_lo_exact(const tq_conv_desc *d, double xscale, int nan) {
     }
 }
 
-/* Winograd F(2×2, 3×3) (cpu_wino.c): on by default below AVX-512 and for some of them on Intel's
- * AVX-512 (cpu_conv.c, wino_use), so forced here
- * (TQ_CPU_WINOGRAD=1) on a backend of its own, with 1 and 3 threads. The same checks as every
+/* Winograd F(4×4, 3×3) and F(2×2, 3×3) (cpu_wino.c): on by default below AVX-512 and for some of
+ * them on Intel's AVX-512 (cpu_conv.c, wino_use), so forced here (TQ_CPU_WINOGRAD=1) on a backend
+ * of its own, with 1 and 3 threads and F(4×4, 3×3) where it takes fewer products (the default),
+ * and with 2 threads and F(2×2, 3×3) (TQ_CPU_WINO_TILE=2). The same checks as every
  * convolution: all three ops against the double reference, beta 0 and 1, the workspace exactly
  * as conv_ws reports (one byte less: TQ_EINVAL), the 16-bit types against it, and (wino_lo_exact)
  * each 16-bit output bit for bit the f32 one rounded. Shapes: odd sizes (tiles over the
@@ -510,10 +511,21 @@ static void test_conv_winograd(void **state) {
         { 11, 28, 28, 16, 16, 3, 3, 1, 1, 1, 0, 0 },
         { 3, 7,  7, 64, 64, 3, 3, 1, 1, 0, 0, 0 },
     };
+    /* F(4×4, 3×3) where it takes fewer products (its workspace is its own), F(2×2, 3×3) on a 2×2
+     * map (36 products against 16) */
+    tq_conv_desc r20 = { { 11, 28, 28, 16 }, 16, 3, 3, 1, 1 }, tiny = { { 2, 2, 2, 16 }, 16, 3, 3, 1, 1 };
+    for (int kind = 0; kind < 3; kind++) {
+        assert_true(tq_cpu_wino_ws(&r20, kind, 1, 4) != tq_cpu_wino_ws(&r20, kind, 1, 2));
+        assert_true(tq_cpu_wino_ws(&tiny, kind, 1, 4) == tq_cpu_wino_ws(&tiny, kind, 1, 2));
+    }
     tq_backend *keep = be;
     setenv("TQ_CPU_WINOGRAD", "1", 1);
-    static const int threads[] = { 1, 3 };
-    for (int ti = 0; ti < 2; ti++) {
+    static const int threads[] = { 1, 3, 2 };
+    for (int ti = 0; ti < 3; ti++) {
+        /* 1 and 3 threads with F(4×4, 3×3) where it takes fewer products (the default), 2 with
+         * F(2×2, 3×3) */
+        const int tile = ti == 2 ? 2 : 4;
+        if (tile == 2) setenv("TQ_CPU_WINO_TILE", "2", 1);
         be = tq_cpu_backend_new(threads[ti]);
         assert_non_null(be);
         for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -522,7 +534,7 @@ static void test_conv_winograd(void **state) {
             /* the workspace is Winograd's: the path really runs */
             size_t want = 0;
             for (int kind = 0; kind < 3; kind++) {
-                size_t b = tq_cpu_wino_ws(&d, kind, threads[ti]);
+                size_t b = tq_cpu_wino_ws(&d, kind, threads[ti], tile);
                 if (b > want) want = b;
             }
             for (tq_dtype dt = TQ_F32; dt <= TQ_BF16; dt++)
@@ -534,13 +546,15 @@ static void test_conv_winograd(void **state) {
         tq_conv_desc big = { { 2, 6, 7, 16 }, 8, 3, 3, 1, 1 };
         wino_lo_exact(&big, 6e4, 1);
         tq_backend_free(be);
+        unsetenv("TQ_CPU_WINO_TILE");
     }
     unsetenv("TQ_CPU_WINOGRAD");
     be = keep;
 }
 
-/* The AVX-512 Winograd kernels (vec 16) against the AVX2 ones (vec 8): every lane does the same
- * arithmetic in the same order, so all three ops give the same bits in every type, beta 0 and 1,
+/* The AVX-512 Winograd kernels (vec 16) against the AVX2 ones (vec 8), F(2×2, 3×3) and F(4×4, 3×3):
+ * every lane does the same arithmetic in the same order, so all three ops give the same bits in
+ * every type, beta 0 and 1,
  * with a NaN and (f16) overflow in the data. Channels 16 (only the one-register GEMM column),
  * 32 (only pairs), 48 (both); tile counts that leave a 6-row remainder after 12-row blocks;
  * 1 and 3 threads. */
@@ -555,19 +569,20 @@ static void test_conv_winograd_512(void **state) {
         { 2, 7, 9, 16, 16, 1 }, { 3, 6, 5, 32, 32, 1 }, { 2, 5, 6, 48, 16, 0 }, { 1, 9, 7, 16, 48, 2 },
         { 4, 14, 14, 32, 64, 1 },
     };
-    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
-        const int *q = shapes[si];
+    for (size_t si = 0; si < 2 * (sizeof shapes / sizeof shapes[0]); si++) {
+        const int tile = si % 2 ? 4 : 2;   /* F(2×2, 3×3) and F(4×4, 3×3) */
+        const int *q = shapes[si / 2];
         tq_conv_desc d = { { q[0], q[1], q[2], q[3] }, q[4], 3, 3, 1, q[5] };
         assert_true(tq_cpu_wino_fits512(&d));
         size_t nx = tq_shape_numel(d.x), ny = tq_shape_numel(tq_conv_yshape(&d)), K = (size_t)d.k;
         size_t nw = K * 9 * d.x.c;
-        float *x = frand(nx, si == 1 ? 6e4 : 1.0), *w = frand(nw, 1.0), *b = frand(K, 0.5);
+        float *x = frand(nx, si / 2 == 1 ? 6e4 : 1.0), *w = frand(nw, 1.0), *b = frand(K, 0.5);
         float *dy = frand(ny, 1.0);
         x[nx / 2] = NAN;
         for (int nt = 1; nt <= 3; nt += 2) {
             size_t wsb = 0;
             for (int kind = 0; kind < 3; kind++) {
-                size_t m = tq_cpu_wino_ws(&d, kind, nt);
+                size_t m = tq_cpu_wino_ws(&d, kind, nt, tile);
                 if (m > wsb) wsb = m;
             }
             void *ws = tmem(wsb);
@@ -583,17 +598,17 @@ static void test_conv_winograd_512(void **state) {
                     dx1[v] = to_dt(dt, x, nx);
                     dw[v] = fcopy(w, nw);
                     db[v] = fcopy(b, K);
-                    assert_int_equal(tq_cpu_wino_fwd(nt, vec, &d, dt, y[v], xd, wd, b, ws), TQ_OK);
-                    assert_int_equal(tq_cpu_wino_bwd_data(nt, vec, &d, dt, dx[v], 0.0f, dyd, wd, ws), TQ_OK);
-                    assert_int_equal(tq_cpu_wino_bwd_data(nt, vec, &d, dt, dx1[v], 1.0f, dyd, wd, ws), TQ_OK);
-                    assert_int_equal(tq_cpu_wino_bwd_filter(nt, vec, &d, dt, dw[v], db[v], xd, dyd, ws), TQ_OK);
+                    assert_int_equal(tq_cpu_wino_fwd(nt, vec, tile, &d, dt, y[v], xd, wd, b, ws), TQ_OK);
+                    assert_int_equal(tq_cpu_wino_bwd_data(nt, vec, tile, &d, dt, dx[v], 0.0f, dyd, wd, ws), TQ_OK);
+                    assert_int_equal(tq_cpu_wino_bwd_data(nt, vec, tile, &d, dt, dx1[v], 1.0f, dyd, wd, ws), TQ_OK);
+                    assert_int_equal(tq_cpu_wino_bwd_filter(nt, vec, tile, &d, dt, dw[v], db[v], xd, dyd, ws), TQ_OK);
                 }
                 const char *dn = dt_name(dt);
-                if (memcmp(y[0], y[1], ny * es)) fail_msg("winograd 512 %s fwd (shape %zu, %d threads): not AVX2's bits", dn, si, nt);
-                if (memcmp(dx[0], dx[1], nx * es)) fail_msg("winograd 512 %s dx (shape %zu): not AVX2's bits", dn, si);
-                if (memcmp(dx1[0], dx1[1], nx * es)) fail_msg("winograd 512 %s dx beta 1 (shape %zu): not AVX2's bits", dn, si);
-                if (memcmp(dw[0], dw[1], nw * 4)) fail_msg("winograd 512 %s dw (shape %zu): not AVX2's bits", dn, si);
-                if (memcmp(db[0], db[1], K * 4)) fail_msg("winograd 512 %s db (shape %zu): not AVX2's bits", dn, si);
+                if (memcmp(y[0], y[1], ny * es)) fail_msg("winograd 512 %s fwd (shape %zu tile %d, %d threads): not AVX2's bits", dn, si / 2, tile, nt);
+                if (memcmp(dx[0], dx[1], nx * es)) fail_msg("winograd 512 %s dx (shape %zu tile %d): not AVX2's bits", dn, si / 2, tile);
+                if (memcmp(dx1[0], dx1[1], nx * es)) fail_msg("winograd 512 %s dx beta 1 (shape %zu tile %d): not AVX2's bits", dn, si / 2, tile);
+                if (memcmp(dw[0], dw[1], nw * 4)) fail_msg("winograd 512 %s dw (shape %zu tile %d): not AVX2's bits", dn, si / 2, tile);
+                if (memcmp(db[0], db[1], K * 4)) fail_msg("winograd 512 %s db (shape %zu tile %d): not AVX2's bits", dn, si / 2, tile);
             }
         }
     }
