@@ -640,21 +640,22 @@ static int conv_bwd_filter_impl(tq_backend *be, const char *nm, const tq_conv_de
     return TQ_OK;
 }
 
-/* Winograd F(2×2, 3×3) (cpu_wino.c) for the 3×3 stride-1 convolutions it fits, where it beats
- * oneDNN's direct kernels (and its f32 copies of 16-bit data). TQ_CPU_WINOGRAD=1 turns it on
- * for all of them wherever the CPU has AVX2, FMA and F16C, =0 off. Unset:
+/* Winograd (cpu_wino.c: F(4×4, 3×3), F(2×2, 3×3) on maps where that takes no more products) for
+ * the 3×3 stride-1 convolutions it fits, where it beats oneDNN's direct kernels (and its f32
+ * copies of 16-bit data). TQ_CPU_WINOGRAD=1 turns it on for all of them wherever the CPU has
+ * AVX2, FMA and F16C, =0 off; TQ_CPU_WINO_TILE=2 keeps F(2×2, 3×3) everywhere (and the rule it
+ * had). Unset:
  * - where oneDNN runs and its best ISA is below AVX-512 (an AVX2 CPU, or ONEDNN_MAX_CPU_ISA=AVX2):
  *   all of them, on AVX2 registers;
- * - on Intel CPUs where oneDNN has AVX-512, on AVX-512 registers where the channels are
- *   multiples of 16: in f32 those with at least 32 input and output channels; in f16 and bf16
- *   (but bf16 where oneDNN has AMX) all of them. On 2 Emerald Rapids cores (resnet20 batch 128,
- *   `trainq run --profile`, medians of interleaved runs) they ran the 32- and 64-channel f32
- *   convolutions 1.00-1.56x as fast as oneDNN's avx512_core kernels (backward-data 1.29-1.56x,
- *   backward-filter 1.17-1.33x, forward 1.00-1.24x) and the 16-channel ones 0.95-1.02x, so
- *   those stay with oneDNN in f32; in 16-bit types, where the alternative is oneDNN's f32
- *   kernels on f32 copies (cpu_dnnl.c), the 16-channel ones ran 1.14-1.35x as fast. Whole
- *   steps: docs/engine.md. AMD's Zen 4 keeps oneDNN there (not measured), AMX its tile
- *   kernels for bf16.
+ * - on Intel CPUs where oneDNN has AVX-512, on AVX-512 registers, all of them whose channels
+ *   are multiples of 16, in f32, f16 and bf16 (but bf16 where oneDNN has AMX). On 2 Emerald
+ *   Rapids cores (resnet20 batch 128 on 28×28 images, `trainq run --profile`, medians of 4
+ *   interleaved runs) F(4×4, 3×3) ran the f32 convolutions 1.32-1.40x as fast as oneDNN's
+ *   avx512_core kernels at 16 channels, 1.43-1.82x at 32 and 1.60-2.23x at 64. With F(2×2, 3×3)
+ *   the 16-channel ones had been a tie (0.95-1.02x) and stayed with oneDNN in f32: so they do
+ *   under TQ_CPU_WINO_TILE=2. In 16-bit types the alternative is oneDNN's f32 kernels on f32
+ *   copies (cpu_dnnl.c). Whole steps: docs/engine.md. AMD's Zen 4 keeps oneDNN there (not
+ *   measured), AMX its tile kernels for bf16.
  * Decided once per backend. */
 static int wino_use(tq_backend *be, const tq_conv_desc *d, tq_dtype dt) {
     tq_cpu_ctx *cx = be->ctx;

@@ -41,3 +41,24 @@ def test_failures_and_bad_arguments(tmp_path):
     bad = ab("TQ_FUSE", "-")
     assert bad.returncode == 2 and "NAME=VALUE" in bad.stderr
     assert ab("-", "-", "--steps", "5").returncode == 2
+
+
+def test_ops_table_per_op(trainq, tmp_path):
+    # --ops: each run profiled; per cell the ops that took A the most, each side's ms per call
+    # and B's paired speed-up; the JSON keeps every round's op table
+    r = ab("TQ_CPU_WINO_TILE=2,TQ_CPU_WINOGRAD=1", "TQ_CPU_WINOGRAD=1", "--models", "resnet20", "--batches", "4",
+           "--amps", "off", "--rounds", "2", "--steps", "7", "--trainq", trainq, "--ops", "3",
+           "--json", str(tmp_path / "ab.json"))
+    assert r.returncode == 0, r.stderr[-2000:]
+    out = r.stdout
+    assert "Per op (`trainq run --profile`" in out and "resnet20 b4 fp32:" in out
+    rows = [l for l in out.split("resnet20 b4 fp32:", 1)[1].splitlines() if l.startswith("| conv")]
+    assert len(rows) == 3, out
+    for l in rows:
+        cells = [x.strip() for x in l.strip("|").split("|")]
+        assert cells[1] == "f32" and float(cells[3]) > 0 and float(cells[4]) > 0 and "×" in cells[5]
+    d = json.loads((tmp_path / "ab.json").read_text())
+    ops = d["cells"][0]["ops"]
+    assert len(ops) == 2 and set(ops[0]) == {"A", "B"}
+    assert any(k.startswith("conv_fwd|f32|") for k in ops[0]["A"])
+    assert ab("-", "-", "--ops", "-1").returncode == 2

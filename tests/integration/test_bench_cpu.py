@@ -58,20 +58,21 @@ def test_report_files(native):
     assert data["meta"]["rounds_done"] == 2
     tq = data["meta"]["isa_check"]["trainq"]
     isa = tq["off"]["onednn_isa"] or ""
-    if "512" in isa:   # oneDNN at AVX-512 runs the 16-channel convolutions itself
-        assert tq["off"]["onednn_convs_winograd_shaped"] > 0
+    assert tq["winograd_tile"] == 4   # this build: F(4x4, 3x3)
+    if "512" in isa:
         intel = "GenuineIntel" in open("/proc/cpuinfo").read()
         route = "through the f32 primitives on f32 copies of the bf16 data"
-        wide = "in fp32 those with 32 or more channels, multiples of 16"
         if not intel:   # a Zen 4: oneDNN runs every convolution, its bf16 kernels the bf16 ones
+            assert tq["off"]["onednn_convs_winograd_shaped"] > 0
             assert tq["winograd"] == [] and "ran its own Winograd" not in body
             assert tq["bf16_via_f32"] is False and route not in body
-        else:   # Intel: Winograd on AVX-512 registers takes the 32- and 64-channel ones
+        else:   # Intel: Winograd F(4x4, 3x3) on AVX-512 registers takes every 3x3 one it fits
             amx = "AMX" in isa
             assert tq["winograd"] == (["off"] if amx else ["off", "bf16"]), tq
-            assert tq["winograd_reach"] == ({"off": "wide"} if amx else {"off": "wide", "bf16": "all"}), tq
-            assert wide in body and ("in bf16 all those" in body) != amx
-            assert tq["off"]["onednn_convs_winograd_wide"] == 0
+            assert tq["winograd_reach"] == ({"off": "all"} if amx else {"off": "all", "bf16": "all"}), tq
+            assert "ran its own Winograd F(4×4, 3×3)" in body and "on AVX-512 registers" in body
+            assert "in fp32 all those" in body and ("in bf16 all those" in body) != amx
+            assert tq["off"]["onednn_convs_winograd_shaped"] == 0
             if amx:   # AMX tiles keep bf16
                 assert tq["bf16_via_f32"] is False and tq["bf16"]["onednn_convs_bf16"] > 0 and route not in body
             else:     # no AMX: the other bf16 ones in f32 chunks, oneDNN's f32 kernels
@@ -188,7 +189,7 @@ def test_avx2_emulation(tmp_path, trainq):
     # below AVX-512 trainq's Winograd kernels take resnet20's 3x3 stride-1 convolutions (where the
     # CPU has FMA and F16C): the probe sees oneDNN run none of them and records it
     flags = set(next(l for l in Path("/proc/cpuinfo").read_text().splitlines() if l.startswith("flags")).split())
-    wino = "ran its own Winograd F(2×2, 3×3) kernels"
+    wino = "ran its own Winograd F(4×4, 3×3) (F(2×2, 3×3) on maps"
     if {"fma", "f16c"} <= flags:
         assert ic["trainq"]["winograd"] == ["off", "bf16"] and ic["trainq"]["bf16_via_f32"] is True, ic["trainq"]
         assert ic["trainq"]["winograd_reach"] == {"off": "all", "bf16": "all"}
