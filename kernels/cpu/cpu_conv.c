@@ -103,6 +103,7 @@ static int geom(tq_backend *be, const char *op, const tq_conv_desc *d, tq_dtype 
 
 static size_t up16(size_t f) { return (f + 15) / 16 * 16; }
 static int wino_use(tq_backend *be, const tq_conv_desc *d, tq_dtype dt);
+static int thin_use(tq_backend *be, const tq_conv_desc *d, int op);
 static int cx_tile(tq_backend *be);
 
 /* bwd_data of a stride-1 convolution (pad <= R−1, S−1) is the forward convolution of dy with
@@ -186,6 +187,11 @@ static size_t conv_ws_impl(tq_backend *be, const tq_conv_desc *d, tq_dtype dt, i
         size_t b;
         if (!lin && wino_use(be, d, dt)) {
             b = tq_cpu_wino_ws(d, op, tq_cpu_nt(be), cx_tile(be));
+            if (b > m) m = b;
+            continue;
+        }
+        if (!lin && thin_use(be, d, op)) {
+            b = tq_cpu_thin_ws(d, op, tq_cpu_nt(be));
             if (b > m) m = b;
             continue;
         }
@@ -657,25 +663,30 @@ static int conv_bwd_filter_impl(tq_backend *be, const char *nm, const tq_conv_de
  *   copies (cpu_dnnl.c). Whole steps: docs/engine.md. AMD's Zen 4 keeps oneDNN there (not
  *   measured), AMX its tile kernels for bf16.
  * Decided once per backend. */
+/* the CPU's vector kernels (Winograd, thin), decided once per backend */
+static void vec_kernels_init(tq_backend *be, tq_cpu_ctx *cx) {
+    const char *env = getenv("TQ_CPU_WINOGRAD");
+    unsigned a, b, c, dd;   /* F16C: CPUID 1, ECX bit 29 (clang's builtin does not know it) */
+    int f16c = __get_cpuid(1, &a, &b, &c, &dd) && (c >> 29 & 1u);
+    int ok = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && f16c;
+    int below = tq_dnnl_below_avx512(be);
+    int wide = ok && !below && __builtin_cpu_supports("avx512f");
+    cx->wino_vec = wide ? 16 : 8;
+    cx->wino_amx = tq_dnnl_has_amx(be);
+    const char *te = getenv("TQ_CPU_WINO_TILE");
+    cx->wino_tile = te && !strcmp(te, "2") ? 2 : 4;
+    if (env && env[0] == '0' && env[1] == 0) cx->wino = WINO_OFF;
+    else if (env && env[0] == '1' && env[1] == 0) cx->wino = ok ? WINO_ALL : WINO_OFF;
+    else if (cx->dnnl_off) cx->wino = WINO_OFF;   /* TQ_CPU_DNNL=0: everything on im2col */
+    else cx->wino = ok && below ? WINO_ALL : wide && tq_cpu_is_intel() ? WINO_WIDE : WINO_OFF;
+    const char *th = getenv("TQ_CPU_THIN");
+    cx->thin = !ok ? 0 : th && !strcmp(th, "0") ? 0 : th && !strcmp(th, "1") ? 2 : cx->dnnl_off ? 0 : 1;
+}
+
 static int wino_use(tq_backend *be, const tq_conv_desc *d, tq_dtype dt) {
     tq_cpu_ctx *cx = be->ctx;
     if (!cx || !tq_cpu_wino_fits(d)) return 0;   /* dt: checked by geom, as every caller does first */
-    if (!cx->wino) {
-        const char *env = getenv("TQ_CPU_WINOGRAD");
-        unsigned a, b, c, dd;   /* F16C: CPUID 1, ECX bit 29 (clang's builtin does not know it) */
-        int f16c = __get_cpuid(1, &a, &b, &c, &dd) && (c >> 29 & 1u);
-        int ok = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && f16c;
-        int below = tq_dnnl_below_avx512(be);
-        int wide = ok && !below && __builtin_cpu_supports("avx512f");
-        cx->wino_vec = wide ? 16 : 8;
-        cx->wino_amx = tq_dnnl_has_amx(be);
-        const char *te = getenv("TQ_CPU_WINO_TILE");
-        cx->wino_tile = te && !strcmp(te, "2") ? 2 : 4;
-        if (env && env[0] == '0' && env[1] == 0) cx->wino = WINO_OFF;
-        else if (env && env[0] == '1' && env[1] == 0) cx->wino = ok ? WINO_ALL : WINO_OFF;
-        else if (cx->dnnl_off) cx->wino = WINO_OFF;   /* TQ_CPU_DNNL=0: everything on im2col */
-        else cx->wino = ok && below ? WINO_ALL : wide && tq_cpu_is_intel() ? WINO_WIDE : WINO_OFF;
-    }
+    if (!cx->wino) vec_kernels_init(be, cx);
     if (cx->wino == WINO_ALL) return 1;
     if (cx->wino != WINO_WIDE || (dt == TQ_BF16 && cx->wino_amx)) return 0;
     if (dt == TQ_F32)   /* F(2×2, 3×3) (TQ_CPU_WINO_TILE=2) only from 32 channels */
@@ -685,6 +696,36 @@ static int wino_use(tq_backend *be, const tq_conv_desc *d, tq_dtype dt) {
 
 static int cx_vec(tq_backend *be) { return ((tq_cpu_ctx *)be->ctx)->wino_vec; }
 static int cx_tile(tq_backend *be) { return ((tq_cpu_ctx *)be->ctx)->wino_tile; }
+
+/* The direct kernels of 1 to 4 input channels (cpu_thin_vec.h) for the forward and
+ * filter-gradient ops of a 3×3 stride-1 convolution they fit (TQ_CPU_THIN=1: all of them, where
+ * the CPU has AVX2, FMA and F16C; =0 none). Unset, where they beat oneDNN: a 1-channel input
+ * (Fashion-MNIST's first layers), its filter gradient everywhere and its forward on AVX-512
+ * registers (oneDNN on AVX-512 or capped at AVX2 and trainq against itself, `bench/ab TQ_CPU_THIN=0
+ * - --ops`, per call at batch 64/128: the cnn's 1 → 32-channel conv1 on AVX-512 forward
+ * 1.08-1.65×, filter gradient 1.43-1.88×; under the AVX2 cap the filter gradient 1.71-2.04× but
+ * the forward 0.69-0.82×, its 8-wide registers broadcasting each input value once per register
+ * of output channels). Three channels (CIFAR's first layer, 16 outputs) tied or lost in bf16
+ * (AVX-512: forward 0.94-1.13×, filter gradient f32 1.21-1.32× but bf16 0.83-0.91×), so they stay
+ * with oneDNN. With TQ_CPU_DNNL=0 everything stays on im2col unless TQ_CPU_THIN=1. bwd_data (a
+ * first layer needs none) stays with oneDNN or im2col. */
+static int thin_use(tq_backend *be, const tq_conv_desc *d, int op) {
+    tq_cpu_ctx *cx = be->ctx;
+    if (!cx || op == OP_BWD_DATA || !tq_cpu_thin_fits(d)) return 0;
+    if (!cx->wino) vec_kernels_init(be, cx);
+    if (cx->thin != 1) return cx->thin == 2;
+    return d->x.c == 1 && (op == OP_BWD_FILTER || (cx->wino_vec == 16 && d->k % 16 == 0));
+}
+
+static int thin_ws_ok(tq_backend *be, const char *op, const tq_conv_desc *d, int kind,
+                      size_t ws_bytes, const void *ws) {
+    size_t need = tq_cpu_thin_ws(d, kind, tq_cpu_nt(be));
+    if (ws_bytes < need || !ws) {
+        tq_backend_seterr(be, "%s: workspace too small (%zu < %zu bytes)", op, ws_bytes, need);
+        return 0;
+    }
+    return 1;
+}
 
 static int wino_ws_ok(tq_backend *be, const char *op, const tq_conv_desc *d, int kind,
                       size_t ws_bytes, const void *ws) {
@@ -705,6 +746,9 @@ int tq_cpu_conv_fwd(tq_backend *be, const tq_conv_desc *d, tq_dtype dt, void *y,
         if (wino_use(be, d, dt))
             return wino_ws_ok(be, "conv_fwd", d, OP_FWD, ws_bytes, ws)
                        ? tq_cpu_wino_fwd(tq_cpu_nt(be), cx_vec(be), cx_tile(be), d, dt, y, x, w, bias, ws) : TQ_EINVAL;
+        if (thin_use(be, d, OP_FWD))
+            return thin_ws_ok(be, "conv_fwd", d, OP_FWD, ws_bytes, ws)
+                       ? tq_cpu_thin_fwd(tq_cpu_nt(be), cx_vec(be), d, dt, y, x, w, bias, ws) : TQ_EINVAL;
         int rc = tq_dnnl_conv_fwd(be, d, dt, y, x, w, bias, ws, ws_bytes);
         if (rc != TQ_DNNL_NA) return rc;
     }
@@ -729,6 +773,9 @@ int tq_cpu_conv_bwd_filter(tq_backend *be, const tq_conv_desc *d, tq_dtype dt, f
         if (wino_use(be, d, dt))
             return wino_ws_ok(be, "conv_bwd_filter", d, OP_BWD_FILTER, ws_bytes, ws)
                        ? tq_cpu_wino_bwd_filter(tq_cpu_nt(be), cx_vec(be), cx_tile(be), d, dt, dw, db, x, dy, ws) : TQ_EINVAL;
+        if (thin_use(be, d, OP_BWD_FILTER))
+            return thin_ws_ok(be, "conv_bwd_filter", d, OP_BWD_FILTER, ws_bytes, ws)
+                       ? tq_cpu_thin_bwd_filter(tq_cpu_nt(be), cx_vec(be), d, dt, dw, db, x, dy, ws) : TQ_EINVAL;
         int rc = tq_dnnl_conv_bwd_filter(be, d, dt, dw, db, x, dy, ws, ws_bytes);
         if (rc != TQ_DNNL_NA) return rc;
     }

@@ -67,6 +67,8 @@ typedef struct {
     int wino_vec;       /* their registers: 8 channels (AVX2) or 16 (AVX-512) */
     int wino_amx;       /* oneDNN has AMX here: bf16 stays with its tile kernels */
     int wino_tile;      /* fwd and bwd_data's output tile: 2 (F(2×2, 3×3)) or 4 (F(4×4, 3×3)) */
+    int thin;           /* the direct kernels of few input channels (tq_cpu_thin_*): 0 off, 1 where
+                           they win (cpu_conv.c, thin_use), 2 wherever they fit */
     unsigned char fetch[TQ_FETCH_SLOTS][TQ_FETCH_BYTES];   /* fetch_begin's slots (copied at once) */
     double fetch_ms[TQ_FETCH_SLOTS];
 } tq_cpu_ctx;
@@ -124,6 +126,16 @@ int tq_cpu_wino_bwd_data(int nt, int vec, int tile, const tq_conv_desc *d, tq_dt
                          float beta, const void *dy, const void *w, void *ws);
 int tq_cpu_wino_bwd_filter(int nt, int vec, int tile, const tq_conv_desc *d, tq_dtype dt, float *dw,
                            float *db, const void *x, const void *dy, void *ws);
+/* Direct 3×3 stride-1 convolutions of 1 to 4 input channels (a network's first layer), forward
+ * and filter gradient, vectors over the output channels (a multiple of 8; of 16 for vec 16):
+ * cpu_wino.c, cpu_thin_vec.h. The same CPU requirements as the Winograd kernels; ws: the bytes
+ * of kind 0 or 2 for nt threads (0 for bwd_data, which these kernels do not run). */
+int tq_cpu_thin_fits(const tq_conv_desc *d);
+size_t tq_cpu_thin_ws(const tq_conv_desc *d, int kind, int nt);
+int tq_cpu_thin_fwd(int nt, int vec, const tq_conv_desc *d, tq_dtype dt, void *y, const void *x,
+                    const void *w, const float *bias, void *ws);
+int tq_cpu_thin_bwd_filter(int nt, int vec, const tq_conv_desc *d, tq_dtype dt, float *dw, float *db,
+                           const void *x, const void *dy, void *ws);
 
 /* convolution and linear: cpu_conv.c */
 size_t tq_cpu_conv_ws(tq_backend *, const tq_conv_desc *, tq_dtype dt);

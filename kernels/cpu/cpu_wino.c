@@ -287,6 +287,7 @@ WIN16 void st16(void *p, size_t i, __m512 v, int dt) {
 #define VLDT ld8
 #define VSTT st8
 #include "cpu/cpu_wino_vec.h"
+#include "cpu/cpu_thin_vec.h"
 #undef WV
 #undef VT
 #undef WIN
@@ -320,6 +321,7 @@ WIN16 void st16(void *p, size_t i, __m512 v, int dt) {
 #define VLDT ld16
 #define VSTT st16
 #include "cpu/cpu_wino_vec.h"
+#include "cpu/cpu_thin_vec.h"
 
 /* ---- the ops: the AVX-512 kernels where vec is 16 and the channels are multiples of 16 ---- */
 
@@ -348,5 +350,71 @@ int tq_cpu_wino_bwd_filter(int nt, int vec, int tile, const tq_conv_desc *d, tq_
     if (nt > WINO_TMAX) nt = WINO_TMAX;
     if (vec == 16 && tq_cpu_wino_fits512(d)) run_bwd_filter_16(&g, nt, x, dy, dw, db, ws);
     else run_bwd_filter_8(&g, nt, x, dy, dw, db, ws);
+    return TQ_OK;
+}
+
+/* ---- few input channels: direct 3×3 stride-1 convolutions (cpu_thin_vec.h) ---- */
+
+int tq_cpu_thin_fits(const tq_conv_desc *d) {
+    return d->r == 3 && d->s == 3 && d->stride == 1 && d->pad >= 0 && d->pad <= 2 && d->x.c >= 1 &&
+           d->x.c <= 4 && d->k % 8 == 0 && d->x.h + 2 * d->pad >= 3 && d->x.w + 2 * d->pad >= 3;
+}
+
+/* fwd: Wt[9·C·K] floats; bwd_filter: per thread 9·C·K + K doubles, then per thread as many
+ * floats (an image's sums; even, so that every thread's doubles stay aligned); bwd_data: not
+ * these kernels */
+static size_t thin_per(const tq_conv_desc *d) { return (size_t)9 * d->x.c * d->k + (size_t)d->k; }
+size_t tq_cpu_thin_ws(const tq_conv_desc *d, int kind, int nt) {
+    if (nt > WINO_TMAX) nt = WINO_TMAX;
+    if (kind == 0) return (size_t)9 * d->x.c * d->k * sizeof(float) + 64;
+    if (kind == 2) return (size_t)nt * thin_per(d) * (sizeof(double) + sizeof(float)) + 64;
+    return 0;
+}
+
+int tq_cpu_thin_fwd(int nt, int vec, const tq_conv_desc *d, tq_dtype dt, void *y, const void *x,
+                    const void *w, const float *bias, void *ws) {
+    wgeom g;
+    fwd_form(d, dt, 0, 2, &g);
+    float *Wt = align64(ws);
+    const int C = d->x.c, K = d->k;
+    for (int k = 0; k < K; k++)   /* w [K][3][3][C] → Wt [3][3][C][K], f32 */
+        for (int j = 0; j < 9 * C; j++) Wt[(size_t)j * K + k] = tq_ld(w, dt, (size_t)k * 9 * C + j);
+    if (vec == 16 && K % 16 == 0) run_thin_fwd_16(&g, nt, x, Wt, bias, y);
+    else run_thin_fwd_8(&g, nt, x, Wt, bias, y);
+    return TQ_OK;
+}
+
+int tq_cpu_thin_bwd_filter(int nt, int vec, const tq_conv_desc *d, tq_dtype dt, float *dw, float *db,
+                           const void *x, const void *dy, void *ws) {
+    wgeom g;
+    fwd_form(d, dt, 2, 2, &g);
+    if (nt > WINO_TMAX) nt = WINO_TMAX;
+    const int C = d->x.c, K = d->k, N = d->x.n, wide = vec == 16 && K % 16 == 0;
+    const size_t per = thin_per(d);
+    double *acc = (double *)align64(ws);
+    float *scr = (float *)(acc + (size_t)nt * per);
+    int team = 1;
+#pragma omp parallel num_threads(nt)
+    {
+        int T = omp_get_num_threads(), t = omp_get_thread_num();
+        if (t == 0) team = T;
+        double *a = acc + (size_t)t * per;
+        memset(a, 0, per * sizeof(double));
+        int n0 = (int)((long long)N * t / T), n1 = (int)((long long)N * (t + 1) / T);
+        if (wide) thin_bwdf_imgs_16(&g, x, dy, n0, n1, a, a + per - K, scr + (size_t)t * per);
+        else thin_bwdf_imgs_8(&g, x, dy, n0, n1, a, a + per - K, scr + (size_t)t * per);
+    }
+    for (int j = 0; j < 9 * C; j++)   /* dw[k][r][s][c] += Σ_t, in thread order */
+        for (int k = 0; k < K; k++) {
+            double s = 0;
+            for (int t = 0; t < team; t++) s += acc[(size_t)t * per + (size_t)j * K + k];
+            dw[(size_t)k * 9 * C + j] += (float)s;
+        }
+    if (db)
+        for (int k = 0; k < K; k++) {
+            double s = 0;
+            for (int t = 0; t < team; t++) s += acc[(size_t)t * per + per - K + k];
+            db[k] += (float)s;
+        }
     return TQ_OK;
 }

@@ -614,6 +614,113 @@ static void test_conv_winograd_512(void **state) {
     }
 }
 
+/* The direct kernels of 1 to 4 input channels (cpu_thin_vec.h: a first layer's forward and filter
+ * gradient). Called directly: y, dw, db against the double reference (f32); the AVX-512 kernels
+ * (vec 16, where K is a multiple of 16) give the AVX2 ones' bits; f16/bf16 convert exactly on load
+ * and round once on store, so y is the f32 kernel's result on the rounded inputs, rounded, and dw,
+ * db are that result exactly; dw and db accumulate. Then through the backend (TQ_CPU_THIN=1, 1 and
+ * 3 threads): every convolution check of run_conv_case, bwd_data on its own path. Shapes: 1, 2, 3
+ * and 4 channels, odd sizes, pad 0/1/2, 8 outputs (AVX2 registers only), a 2×2 image (no interior
+ * pixel), a 28×28 one (the cnn's conv1), a NaN. */
+static void test_conv_thin(void **state) {
+    (void)state;
+    if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma") ||
+        !__builtin_cpu_supports("f16c")) {
+        print_message("no AVX2/FMA/F16C on this CPU: the thin convolution kernels do not run here\n");
+        return;
+    }
+    static const int shapes[][7] = {   /* n h w c k pad bias */
+        { 2, 5, 7, 1, 16, 1, 1 }, { 3, 6, 6, 3, 16, 1, 0 }, { 2, 4, 5, 1, 8, 2, 1 }, { 2, 6, 5, 4, 32, 0, 1 },
+        { 1, 3, 3, 2, 16, 0, 1 }, { 2, 2, 2, 3, 16, 1, 0 }, { 5, 28, 28, 1, 32, 1, 1 },
+    };
+    const int avx512 = __builtin_cpu_supports("avx512f");
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+        const int *q = shapes[si];
+        tq_conv_desc d = { { q[0], q[1], q[2], q[3] }, q[4], 3, 3, 1, q[5] };
+        assert_true(tq_cpu_thin_fits(&d));
+        size_t nx = tq_shape_numel(d.x), ny = tq_shape_numel(tq_conv_yshape(&d)), K = (size_t)d.k;
+        size_t nw = K * 9 * d.x.c;
+        float *x = frand(nx, 1.0), *w = frand(nw, 1.0), *b = q[6] ? frand(K, 0.5) : NULL, *dy = frand(ny, 1.0);
+        float *dw0 = frand(nw, 1.0), *db0 = frand(K, 1.0);
+        double *yref = dalloc(ny), *gx = dalloc(nx), *gw = dalloc(nw), *gb = dalloc(K);
+        ref_conv(&d, dup_d(x, nx), dup_d(w, nw), b ? dup_d(b, K) : NULL, yref);
+        ref_conv_bwd(&d, dup_d(x, nx), dup_d(w, nw), dup_d(dy, ny), gx, gw, gb);
+        for (int nt = 1; nt <= 3; nt += 2) {
+            size_t wsb = tq_cpu_thin_ws(&d, 0, nt), w2 = tq_cpu_thin_ws(&d, 2, nt);
+            void *ws = tmem(wsb > w2 ? wsb : w2);
+            float *yf[2] = { NULL, NULL }, *dwf[2] = { NULL, NULL }, *dbf[2] = { NULL, NULL };
+            for (tq_dtype dt = TQ_F32; dt <= TQ_BF16; dt++) {
+                size_t es = tq_dtype_size(dt);
+                const float *xs = dt == TQ_F32 ? x : rnd(dt, x, nx), *wsrc = dt == TQ_F32 ? w : rnd(dt, w, nw);
+                const float *dys = dt == TQ_F32 ? dy : rnd(dt, dy, ny);
+                void *xd = to_dt(dt, x, nx), *wd = to_dt(dt, w, nw), *dyd = to_dt(dt, dy, ny);
+                for (int v = 0; v < 1 + (avx512 && K % 16 == 0); v++) {
+                    int vec = v ? 16 : 8;
+                    void *y = tmem(ny * es);
+                    float *dw = fcopy(dw0, nw), *db = fcopy(db0, K);
+                    assert_int_equal(tq_cpu_thin_fwd(nt, vec, &d, dt, y, xd, wd, b, ws), TQ_OK);
+                    assert_int_equal(tq_cpu_thin_bwd_filter(nt, vec, &d, dt, dw, db, xd, dyd, ws), TQ_OK);
+                    float *yv = from_dt(dt, y, ny);
+                    const char *dn = dt_name(dt);
+                    if (dt == TQ_F32) {
+                        CHECK_REL(rel_fd(yv, yref, ny), 1e-5, "thin shape %zu fwd (vec %d, %d threads)", si, vec, nt);
+                        CHECK_REL(rel_fd(fdiff(dw, dw0, nw), gw, nw), 1e-5, "thin shape %zu dw", si);
+                        CHECK_REL(rel_fd(fdiff(db, db0, K), gb, K), 1e-5, "thin shape %zu db", si);
+                        if (v == 0) { yf[0] = yv; dwf[0] = dw; dbf[0] = db; }
+                    } else {
+                        /* against the f32 kernel on the same (rounded) inputs */
+                        float *y32 = tmem(ny * 4), *dw32 = fcopy(dw0, nw), *db32 = fcopy(db0, K);
+                        assert_int_equal(tq_cpu_thin_fwd(nt, vec, &d, TQ_F32, y32, xs, wsrc, b, ws), TQ_OK);
+                        assert_int_equal(tq_cpu_thin_bwd_filter(nt, vec, &d, TQ_F32, dw32, db32, xs, dys, ws), TQ_OK);
+                        if (!same_bits(yv, rnd(dt, y32, ny), ny)) fail_msg("thin %s fwd (shape %zu): not the f32 result rounded", dn, si);
+                        if (!same_bits(dw, dw32, nw)) fail_msg("thin %s dw (shape %zu): not the f32 result", dn, si);
+                        if (!same_bits(db, db32, K)) fail_msg("thin %s db (shape %zu): not the f32 result", dn, si);
+                    }
+                    if (dt == TQ_F32 && v == 1) {
+                        if (!same_bits(yv, yf[0], ny)) fail_msg("thin 512 fwd (shape %zu, %d threads): not AVX2's bits", si, nt);
+                        if (!same_bits(dw, dwf[0], nw)) fail_msg("thin 512 dw (shape %zu): not AVX2's bits", si);
+                        if (!same_bits(db, dbf[0], K)) fail_msg("thin 512 db (shape %zu): not AVX2's bits", si);
+                    }
+                }
+            }
+        }
+        /* a NaN in x reaches the outputs whose windows see it, and only those */
+        float *xn = fcopy(x, nx);
+        xn[0] = NAN;
+        void *ws = tmem(tq_cpu_thin_ws(&d, 0, 2));
+        float *yn = tmem(ny * 4);
+        assert_int_equal(tq_cpu_thin_fwd(2, 8, &d, TQ_F32, yn, xn, w, b, ws), TQ_OK);
+        size_t nans = 0;
+        for (size_t i = 0; i < ny; i++) nans += isnan(yn[i]) != 0;
+        assert_true(nans > 0 && (nans < ny || ny == K));   /* one output pixel sees it all */
+    }
+    /* through the backend */
+    tq_backend *keep = be;
+    setenv("TQ_CPU_THIN", "1", 1);
+    static const conv_case cases[] = {
+        /* n  h   w  c  k  r  s st pad bias fd */
+        { 2, 5,  7, 1, 16, 3, 3, 1, 1, 1, 0, 0 },
+        { 3, 6,  6, 3, 16, 3, 3, 1, 1, 0, 0, 0 },
+        { 2, 4,  5, 2,  8, 3, 3, 1, 2, 1, 0, 0 },
+        { 1, 3,  3, 1,  8, 3, 3, 1, 0, 1, 1, 0 },   /* one output: the finite differences too */
+        { 4, 28, 28, 1, 32, 3, 3, 1, 1, 1, 0, 0 },
+    };
+    for (int nt = 1; nt <= 3; nt += 2) {
+        be = tq_cpu_backend_new(nt);
+        assert_non_null(be);
+        for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+            tq_conv_desc d = { { cases[i].n, cases[i].h, cases[i].w, cases[i].c }, cases[i].k, 3, 3, 1, cases[i].pad };
+            /* the path really runs: conv_ws holds at least the thin kernels' bytes */
+            for (tq_dtype dt = TQ_F32; dt <= TQ_BF16; dt++)
+                assert_true(be->i->conv_ws(be, &d, dt) >= tq_cpu_thin_ws(&d, 2, nt));
+            run_conv_case(&cases[i]);
+        }
+        tq_backend_free(be);
+    }
+    unsetenv("TQ_CPU_THIN");
+    be = keep;
+}
+
 /* bf16 through oneDNN's f32 primitives on f32 chunks (cpu_dnnl.c, bf16_via_f32: by default on
  * Intel CPUs whose oneDNN has AVX-512 but no AMX, and below AVX-512), forced here
  * (TQ_CPU_BF16_F32=1, Winograd off) on a backend of its own: the route really runs (bf16 asks for the
@@ -1577,7 +1684,7 @@ static int teardown(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        T(test_vtable_complete), T(test_alloc_accounting), T(test_conv), T(test_conv_chunked), T(test_conv_winograd), T(test_conv_winograd_512), T(test_conv_bf16_via_f32),
+        T(test_vtable_complete), T(test_alloc_accounting), T(test_conv), T(test_conv_chunked), T(test_conv_winograd), T(test_conv_winograd_512), T(test_conv_thin), T(test_conv_bf16_via_f32),
         T(test_linear), T(test_iface_complete), T(test_conv_bad_desc), T(test_bn), T(test_bn_large),
         T(test_bn_bwd_fused_is_the_chain), T(test_bn_deterministic), T(test_bn_bad), T(test_relu), T(test_add_accumulate),
         T(test_maxpool), T(test_maxpool_relu_is_the_pair), T(test_avgpool), T(test_softmax_ce), T(test_cast), T(test_conversions_reference),
