@@ -104,7 +104,7 @@ static int geom(tq_backend *be, const char *op, const tq_conv_desc *d, tq_dtype 
 static size_t up16(size_t f) { return (f + 15) / 16 * 16; }
 static int wino_use(tq_backend *be, const tq_conv_desc *d, tq_dtype dt);
 static int thin_use(tq_backend *be, const tq_conv_desc *d, int op);
-static int cx_tile(tq_backend *be);
+static int cx_tile(tq_backend *be, int op);
 
 /* bwd_data of a stride-1 convolution (pad <= R−1, S−1) is the forward convolution of dy with
  * the flipped, channel-transposed kernel W'[c][r][s][k] = W[k][R−1−r][S−1−s][c] and padding
@@ -186,7 +186,7 @@ static size_t conv_ws_impl(tq_backend *be, const tq_conv_desc *d, tq_dtype dt, i
     for (int op = OP_FWD; op <= OP_BWD_FILTER; op++) {
         size_t b;
         if (!lin && wino_use(be, d, dt)) {
-            b = tq_cpu_wino_ws(d, op, tq_cpu_nt(be), cx_tile(be));
+            b = tq_cpu_wino_ws(d, op, tq_cpu_nt(be), cx_tile(be, op));
             if (b > m) m = b;
             continue;
         }
@@ -673,8 +673,11 @@ static void vec_kernels_init(tq_backend *be, tq_cpu_ctx *cx) {
     int wide = ok && !below && __builtin_cpu_supports("avx512f");
     cx->wino_vec = wide ? 16 : 8;
     cx->wino_amx = tq_dnnl_has_amx(be);
+    /* F(4×4, 3×3) for fwd and bwd_data, F(2×2, 3×3) for bwd_filter (below); TQ_CPU_WINO_TILE=2:
+     * F(2×2, 3×3) everywhere, =4: F(4×4, 3×3) everywhere */
     const char *te = getenv("TQ_CPU_WINO_TILE");
     cx->wino_tile = te && !strcmp(te, "2") ? 2 : 4;
+    cx->wino_tile_bwdf = te && !strcmp(te, "4") ? 4 : 2;
     if (env && env[0] == '0' && env[1] == 0) cx->wino = WINO_OFF;
     else if (env && env[0] == '1' && env[1] == 0) cx->wino = ok ? WINO_ALL : WINO_OFF;
     else if (cx->dnnl_off) cx->wino = WINO_OFF;   /* TQ_CPU_DNNL=0: everything on im2col */
@@ -695,7 +698,11 @@ static int wino_use(tq_backend *be, const tq_conv_desc *d, tq_dtype dt) {
 }
 
 static int cx_vec(tq_backend *be) { return ((tq_cpu_ctx *)be->ctx)->wino_vec; }
-static int cx_tile(tq_backend *be) { return ((tq_cpu_ctx *)be->ctx)->wino_tile; }
+/* the op's Winograd tile: fwd and bwd_data wino_tile, bwd_filter wino_tile_bwdf */
+static int cx_tile(tq_backend *be, int op) {
+    const tq_cpu_ctx *cx = be->ctx;
+    return op == OP_BWD_FILTER ? cx->wino_tile_bwdf : cx->wino_tile;
+}
 
 /* The direct kernels of 1 to 4 input channels (cpu_thin_vec.h) for the forward and
  * filter-gradient ops of a 3×3 stride-1 convolution they fit (TQ_CPU_THIN=1: all of them, where
@@ -729,7 +736,7 @@ static int thin_ws_ok(tq_backend *be, const char *op, const tq_conv_desc *d, int
 
 static int wino_ws_ok(tq_backend *be, const char *op, const tq_conv_desc *d, int kind,
                       size_t ws_bytes, const void *ws) {
-    size_t need = tq_cpu_wino_ws(d, kind, tq_cpu_nt(be), cx_tile(be));
+    size_t need = tq_cpu_wino_ws(d, kind, tq_cpu_nt(be), cx_tile(be, kind));
     if (ws_bytes < need || !ws) {
         tq_backend_seterr(be, "%s: workspace too small (%zu < %zu bytes)", op, ws_bytes, need);
         return 0;
@@ -745,7 +752,7 @@ int tq_cpu_conv_fwd(tq_backend *be, const tq_conv_desc *d, tq_dtype dt, void *y,
     if (!geom(be, "conv_fwd", d, dt, &g)) {
         if (wino_use(be, d, dt))
             return wino_ws_ok(be, "conv_fwd", d, OP_FWD, ws_bytes, ws)
-                       ? tq_cpu_wino_fwd(tq_cpu_nt(be), cx_vec(be), cx_tile(be), d, dt, y, x, w, bias, ws) : TQ_EINVAL;
+                       ? tq_cpu_wino_fwd(tq_cpu_nt(be), cx_vec(be), cx_tile(be, OP_FWD), d, dt, y, x, w, bias, ws) : TQ_EINVAL;
         if (thin_use(be, d, OP_FWD))
             return thin_ws_ok(be, "conv_fwd", d, OP_FWD, ws_bytes, ws)
                        ? tq_cpu_thin_fwd(tq_cpu_nt(be), cx_vec(be), d, dt, y, x, w, bias, ws) : TQ_EINVAL;
@@ -760,7 +767,7 @@ int tq_cpu_conv_bwd_data(tq_backend *be, const tq_conv_desc *d, tq_dtype dt, voi
     if (!geom(be, "conv_bwd_data", d, dt, &g)) {
         if (wino_use(be, d, dt))
             return wino_ws_ok(be, "conv_bwd_data", d, OP_BWD_DATA, ws_bytes, ws)
-                       ? tq_cpu_wino_bwd_data(tq_cpu_nt(be), cx_vec(be), cx_tile(be), d, dt, dx, beta, dy, w, ws) : TQ_EINVAL;
+                       ? tq_cpu_wino_bwd_data(tq_cpu_nt(be), cx_vec(be), cx_tile(be, OP_BWD_DATA), d, dt, dx, beta, dy, w, ws) : TQ_EINVAL;
         int rc = tq_dnnl_conv_bwd_data(be, d, dt, dx, beta, dy, w, ws, ws_bytes);
         if (rc != TQ_DNNL_NA) return rc;
     }
@@ -772,7 +779,7 @@ int tq_cpu_conv_bwd_filter(tq_backend *be, const tq_conv_desc *d, tq_dtype dt, f
     if (!geom(be, "conv_bwd_filter", d, dt, &g)) {
         if (wino_use(be, d, dt))
             return wino_ws_ok(be, "conv_bwd_filter", d, OP_BWD_FILTER, ws_bytes, ws)
-                       ? tq_cpu_wino_bwd_filter(tq_cpu_nt(be), cx_vec(be), cx_tile(be), d, dt, dw, db, x, dy, ws) : TQ_EINVAL;
+                       ? tq_cpu_wino_bwd_filter(tq_cpu_nt(be), cx_vec(be), cx_tile(be, OP_BWD_FILTER), d, dt, dw, db, x, dy, ws) : TQ_EINVAL;
         if (thin_use(be, d, OP_BWD_FILTER))
             return thin_ws_ok(be, "conv_bwd_filter", d, OP_BWD_FILTER, ws_bytes, ws)
                        ? tq_cpu_thin_bwd_filter(tq_cpu_nt(be), cx_vec(be), d, dt, dw, db, x, dy, ws) : TQ_EINVAL;

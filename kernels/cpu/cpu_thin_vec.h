@@ -33,6 +33,25 @@ WIN void W(thin_cols)(const wgeom *g, int *qa, int *qb) {
     *qb = b;
 }
 
+/* BODY for the (r, s, c) of the window of a pixel q on the border of output row p whose input
+ * element e lies inside the image, in (r, s, c) order (r0, r1, ximg, xrs, C in scope) */
+#define THIN_BORDER(BODY)                                                                    \
+    WUNROLL(3)                                                                               \
+    for (int r = 0; r < 3; r++) {                                                            \
+        if (r < r0 || r >= r1) continue;                                                     \
+        const size_t row_ = ximg + (size_t)(p + r - g->pad) * xrs;                           \
+        WUNROLL(3)                                                                           \
+        for (int s = 0; s < 3; s++) {                                                        \
+            int ix_ = q + s - g->pad;                                                        \
+            if (ix_ < 0 || ix_ >= g->w) continue;                                            \
+            WUNROLL(4)                                                                       \
+            for (int c = 0; c < C; c++) {                                                    \
+                const size_t e = row_ + (size_t)ix_ * C + c;                                 \
+                BODY;                                                                        \
+            }                                                                                \
+        }                                                                                    \
+    }
+
 /* forward, one pixel on the border (q) of output row p, checked: the bias, then the products in
  * (r, s, c) order, those outside the image left out */
 WIN VT W(thin_fwd_px)(const wgeom *g, const void *x, const float *Wt, VT b, size_t ximg, int p,
@@ -40,20 +59,7 @@ WIN VT W(thin_fwd_px)(const wgeom *g, const void *x, const float *Wt, VT b, size
     const int K = g->co;
     const size_t xrs = (size_t)g->w * C;
     VT acc = b;
-    _Pragma("GCC unroll 3")
-    for (int r = 0; r < 3; r++) {
-        if (r < r0 || r >= r1) continue;
-        const size_t row = ximg + (size_t)(p + r - g->pad) * xrs;
-        _Pragma("GCC unroll 3")
-        for (int s = 0; s < 3; s++) {
-            int ix = q + s - g->pad;
-            if (ix < 0 || ix >= g->w) continue;
-            _Pragma("GCC unroll 4")
-            for (int c = 0; c < C; c++)
-                acc = VFMA(VSET1(THIN_X(x, row + (size_t)ix * C + c)),
-                           VLD(Wt + ((size_t)(r * 3 + s) * C + c) * K + k), acc);
-        }
-    }
+    THIN_BORDER(acc = VFMA(VSET1(THIN_X(x, e)), VLD(Wt + ((size_t)(r * 3 + s) * C + c) * K + k), acc));
     return acc;
 }
 
@@ -72,18 +78,18 @@ WIN void W(thin_fwd_row)(const wgeom *g, const void *x, const float *Wt, const f
     for (int q = qa; q < qb;) {   /* the interior, unchecked: 4 pixels a step, then one */
         const int np = qb - q >= 4 ? 4 : 1;
         VT acc[4] = { b, b, b, b };
-        _Pragma("GCC unroll 3")
+        WUNROLL(3)
         for (int r = 0; r < 3; r++) {   /* unrolled, r a constant in each copy: acc in registers */
             if (r < r0 || r >= r1) continue;
             const size_t row = ximg + (size_t)(p + r - g->pad) * xrs + (size_t)(q - g->pad) * C;
-            _Pragma("GCC unroll 3")
+            WUNROLL(3)
             for (int s = 0; s < 3; s++)
-                _Pragma("GCC unroll 4")
+                WUNROLL(4)
                 for (int c = 0; c < C; c++) {
                     const VT wv = VLD(Wt + ((size_t)(r * 3 + s) * C + c) * K + k);
                     const size_t e = row + (size_t)s * C + c;
                     if (np == 4) {
-                        _Pragma("GCC unroll 4")
+                        WUNROLL(4)
                         for (int i = 0; i < 4; i++)
                             acc[i] = VFMA(VSET1(THIN_X(x, e + (size_t)i * C)), wv, acc[i]);
                     } else {
@@ -92,7 +98,7 @@ WIN void W(thin_fwd_row)(const wgeom *g, const void *x, const float *Wt, const f
                 }
         }
         if (np == 4) {   /* constant indices only: acc stays in registers */
-            _Pragma("GCC unroll 4")
+            WUNROLL(4)
             for (int i = 0; i < 4; i++) VSTT(y, yrow + (size_t)(q + i) * K, acc[i], DT);
         } else {
             VSTT(y, yrow + (size_t)q * K, acc[0], DT);
@@ -149,7 +155,7 @@ WIN void W(thin_bwdf_row)(const wgeom *g, const void *x, const void *dy, int n, 
     const int K = g->co;
     const size_t xrs = (size_t)g->w * C, ximg = (size_t)n * g->h * xrs;
     VT acc[36], db = VLD(sacc + (size_t)9 * C * WV);
-    _Pragma("GCC unroll 36")
+    WUNROLL(36)
     for (int j = 0; j < 9 * C; j++) acc[j] = VLD(sacc + (size_t)j * WV);
     int qa, qb, r0, r1;
     W(thin_cols)(g, &qa, &qb);
@@ -161,35 +167,22 @@ WIN void W(thin_bwdf_row)(const wgeom *g, const void *x, const void *dy, int n, 
         const VT d = VLDT(dy, drow + (size_t)q * K, DT);
         db = VADD(db, d);
         if (q >= qa && q < qb) {
-            _Pragma("GCC unroll 3")
+            WUNROLL(3)
             for (int r = 0; r < 3; r++) {   /* unrolled, r a constant in each copy: acc in registers */
                 if (r < r0 || r >= r1) continue;
                 const size_t row = xr[r] + (size_t)q * C;
-                _Pragma("GCC unroll 3")
+                WUNROLL(3)
                 for (int s = 0; s < 3; s++)
-                    _Pragma("GCC unroll 4")
+                    WUNROLL(4)
                     for (int c = 0; c < C; c++)
                         acc[(r * 3 + s) * C + c] = VFMA(VSET1(THIN_X(x, row + (size_t)s * C + c)), d,
                                                         acc[(r * 3 + s) * C + c]);
             }
         } else {
-            _Pragma("GCC unroll 3")
-            for (int r = 0; r < 3; r++) {
-                if (r < r0 || r >= r1) continue;
-                const size_t row = ximg + (size_t)(p + r - g->pad) * xrs;
-                _Pragma("GCC unroll 3")
-                for (int s = 0; s < 3; s++) {
-                    int ix = q + s - g->pad;
-                    if (ix < 0 || ix >= g->w) continue;
-                    _Pragma("GCC unroll 4")
-                    for (int c = 0; c < C; c++)
-                        acc[(r * 3 + s) * C + c] = VFMA(VSET1(THIN_X(x, row + (size_t)ix * C + c)), d,
-                                                        acc[(r * 3 + s) * C + c]);
-                }
-            }
+            THIN_BORDER(acc[(r * 3 + s) * C + c] = VFMA(VSET1(THIN_X(x, e)), d, acc[(r * 3 + s) * C + c]));
         }
     }
-    _Pragma("GCC unroll 36")   /* constant indices only: acc stays in registers */
+    WUNROLL(36)   /* constant indices only: acc stays in registers */
     for (int j = 0; j < 9 * C; j++) VST(sacc + (size_t)j * WV, acc[j]);
     VST(sacc + (size_t)9 * C * WV, db);
 }
@@ -223,5 +216,6 @@ WFN static void W(thin_bwdf_imgs)(const wgeom *g, const void *x, const void *dy,
 }
 
 #undef THIN_X
+#undef THIN_BORDER
 #undef THIN_DISPATCH
 #undef THIN_DISPATCH_C

@@ -12,14 +12,14 @@
 /* Bᵀ d B of a 4×4 tile (d row-major, v[4a+b]) */
 WIN void W(in_tf)(const VT d[16], VT v[16]) {
     VT t[16];
-    _Pragma("GCC unroll 16")
+    WUNROLL(16)
     for (int b = 0; b < 4; b++) {
         t[0 + b] = VSUB(d[0 + b], d[8 + b]);
         t[4 + b] = VADD(d[4 + b], d[8 + b]);
         t[8 + b] = VSUB(d[8 + b], d[4 + b]);
         t[12 + b] = VSUB(d[4 + b], d[12 + b]);
     }
-    _Pragma("GCC unroll 16")
+    WUNROLL(16)
     for (int a = 0; a < 4; a++) {
         const VT *r = t + 4 * a;
         v[4 * a + 0] = VSUB(r[0], r[2]);
@@ -44,9 +44,9 @@ WIN void W(bt6)(const VT *d, int s, VT *o, int os) {
 /* Bᵀ d B of a 6×6 tile (d row-major, v[6a+b]): the columns, then the rows */
 WIN void W(in_tf6)(const VT d[36], VT v[36]) {
     VT t[36];
-    _Pragma("GCC unroll 16")
+    WUNROLL(16)
     for (int b = 0; b < 6; b++) W(bt6)(d + b, 6, t + b, 6);
-    _Pragma("GCC unroll 16")
+    WUNROLL(16)
     for (int a = 0; a < 6; a++) W(bt6)(t + 6 * a, 1, v + 6 * a, 1);
 }
 
@@ -58,16 +58,16 @@ WIN void W(load_tile)(const wgeom *g, const void *x, size_t img, int y0, int x0,
     const int dt = g->dt;
     if (y0 >= 0 && x0 >= 0 && y0 + A <= g->h && x0 + A <= g->w) {
         const size_t p = img + (size_t)y0 * rs + (size_t)x0 * g->ci + c;
-        _Pragma("GCC unroll 16")
+        WUNROLL(16)
         for (int a = 0; a < A; a++)
-            _Pragma("GCC unroll 16")
+            WUNROLL(16)
             for (int b = 0; b < A; b++) d[A * a + b] = VLDT(x, p + a * rs + (size_t)b * g->ci, dt);
         return;
     }
-    _Pragma("GCC unroll 16")
+    WUNROLL(16)
     for (int a = 0; a < A; a++) {
         int yy = y0 + a;
-        _Pragma("GCC unroll 16")
+        WUNROLL(16)
         for (int b = 0; b < A; b++) {
             int xx = x0 + b;
             d[A * a + b] = yy >= 0 && yy < g->h && xx >= 0 && xx < g->w
@@ -91,7 +91,7 @@ WIN void W(input_tiles)(const wgeom *g, const void *x, size_t t0, int cnt, float
             if (m == 2) W(in_tf)(d, v);
             else W(in_tf6)(d, v);
             float *o = V + (size_t)i * g->ci + c;
-            _Pragma("GCC unroll 36")
+            WUNROLL(36)
             for (int e = 0; e < E; e++) VST(o + e * plane, v[e]);
         }
     }
@@ -113,15 +113,15 @@ WFN static void W(input_block)(const wgeom *g, const void *x, size_t t0, int cnt
  * latency on two FMA ports) */
 WIN void W(gemm_col1)(int nr, int ci, int co, const float *a, const float *U, float *m, int k) {
     VT acc[2 * MR];
-    _Pragma("GCC unroll 16")
+    WUNROLL(16)
     for (int i = 0; i < nr; i++) acc[i] = VZERO();
     const float *b = U + k;
     for (int c = 0; c < ci; c++, b += co) {
         VT b0 = VLD(b);
-        _Pragma("GCC unroll 16")
+        WUNROLL(16)
         for (int i = 0; i < nr; i++) acc[i] = VFMA(VBCAST(a + (size_t)i * ci + c), b0, acc[i]);
     }
-    _Pragma("GCC unroll 16")
+    WUNROLL(16)
     for (int i = 0; i < nr; i++) VST(m + (size_t)i * co + k, acc[i]);
 }
 
@@ -135,19 +135,19 @@ WIN void W(gemm_block_ci)(int rows, int ci, int co, const float *V, const float 
         float *m = M + (size_t)r0 * co;
         for (int k = 0; k < k2; k += 2 * WV) {
             VT acc[MR][2];
-            _Pragma("GCC unroll 16")
+            WUNROLL(16)
             for (int i = 0; i < MR; i++) acc[i][0] = acc[i][1] = VZERO();
             const float *b = U + k;
             for (int c = 0; c < ci; c++, b += co) {
                 VT b0 = VLD(b), b1 = VLD(b + WV);
-                _Pragma("GCC unroll 16")
+                WUNROLL(16)
                 for (int i = 0; i < MR; i++) {
                     VT av = VBCAST(a + (size_t)i * ci + c);
                     acc[i][0] = VFMA(av, b0, acc[i][0]);
                     acc[i][1] = VFMA(av, b1, acc[i][1]);
                 }
             }
-            _Pragma("GCC unroll 16")
+            WUNROLL(16)
             for (int i = 0; i < MR; i++) {
                 VST(m + (size_t)i * co + k, acc[i][0]);
                 VST(m + (size_t)i * co + k + WV, acc[i][1]);
@@ -189,12 +189,12 @@ WIN void W(at6)(const VT *m, int s, VT *o, int os) {
 WIN void W(out_tf)(const VT *m, VT bv, int mt, VT *o) {
     if (mt == 2) {
         VT u[8];
-        _Pragma("GCC unroll 16")
+        WUNROLL(16)
         for (int b = 0; b < 4; b++) {   /* Aᵀ m: rows 0, 1 */
             u[b] = VADD(VADD(m[b], m[4 + b]), m[8 + b]);
             u[4 + b] = VSUB(VSUB(m[4 + b], m[8 + b]), m[12 + b]);
         }
-        _Pragma("GCC unroll 16")
+        WUNROLL(16)
         for (int a = 0; a < 2; a++) {
             const VT *r = u + 4 * a;
             o[2 * a] = VADD(VADD(VADD(r[0], r[1]), r[2]), bv);
@@ -203,12 +203,12 @@ WIN void W(out_tf)(const VT *m, VT bv, int mt, VT *o) {
         return;
     }
     VT u[24], t[4];
-    _Pragma("GCC unroll 16")
+    WUNROLL(16)
     for (int b = 0; b < 6; b++) W(at6)(m + b, 6, u + b, 6);   /* Aᵀ m: 4 rows × 6 */
-    _Pragma("GCC unroll 16")
+    WUNROLL(16)
     for (int a = 0; a < 4; a++) {
         W(at6)(u + 6 * a, 1, t, 1);
-        _Pragma("GCC unroll 16")
+        WUNROLL(16)
         for (int b = 0; b < 4; b++) o[4 * a + b] = VADD(t[b], bv);
     }
 }
@@ -228,13 +228,13 @@ WIN void W(output_tiles)(const wgeom *g, const float *M, const float *bias, floa
         for (int k = 0; k < g->co; k += WV) {
             const float *s = M + (size_t)i * g->co + k;
             VT m[36], o[16];
-            _Pragma("GCC unroll 36")
+            WUNROLL(36)
             for (int e = 0; e < E; e++) m[e] = VLD(s + e * plane);
             W(out_tf)(m, bias ? VLD(bias + k) : VZERO(), mt, o);
-            _Pragma("GCC unroll 16")
+            WUNROLL(16)
             for (int a = 0; a < mt; a++) {
                 if (oy + a >= g->p) break;
-                _Pragma("GCC unroll 16")
+                WUNROLL(16)
                 for (int b = 0; b < mt; b++) {
                     if (ox + b >= g->q) break;
                     size_t p = img + (size_t)(oy + a) * rs + (size_t)(ox + b) * g->co + k;
@@ -261,7 +261,7 @@ WFN static void W(output_block)(const wgeom *g, const float *M, const float *bia
 WIN void W(filt_tf)(const VT g[9], VT u[16]) {
     const VT h = VSET1(0.5f);
     VT t[12];   /* G g: 4 rows × 3 columns */
-    _Pragma("GCC unroll 16")
+    WUNROLL(16)
     for (int s = 0; s < 3; s++) {
         VT a = g[s], b = g[3 + s], c = g[6 + s];
         VT ac = VADD(a, c);
@@ -270,7 +270,7 @@ WIN void W(filt_tf)(const VT g[9], VT u[16]) {
         t[6 + s] = VMUL(h, VSUB(ac, b));
         t[9 + s] = c;
     }
-    _Pragma("GCC unroll 16")
+    WUNROLL(16)
     for (int r = 0; r < 4; r++) {   /* (G g) Gᵀ */
         VT a = t[3 * r], b = t[3 * r + 1], c = t[3 * r + 2];
         VT ac = VADD(a, c);
@@ -296,9 +296,9 @@ WIN void W(g6)(VT a, VT b, VT c, VT *o, int os) {
 /* G g Gᵀ of a 3×3 kernel for 6×6 tiles (u[6r+s]) */
 WIN void W(filt_tf6)(const VT g[9], VT u[36]) {
     VT t[18];   /* G g: 6 rows × 3 columns */
-    _Pragma("GCC unroll 16")
+    WUNROLL(16)
     for (int s = 0; s < 3; s++) W(g6)(g[s], g[3 + s], g[6 + s], t + s, 3);
-    _Pragma("GCC unroll 16")
+    WUNROLL(16)
     for (int r = 0; r < 6; r++) W(g6)(t[3 * r], t[3 * r + 1], t[3 * r + 2], u + 6 * r, 1);
 }
 
@@ -308,7 +308,7 @@ WIN void W(filt_store)(const VT g[9], int E, float *o, size_t plane) {
     VT u[36];
     if (E == 16) W(filt_tf)(g, u);
     else W(filt_tf6)(g, u);
-    _Pragma("GCC unroll 36")
+    WUNROLL(36)
     for (int e = 0; e < E; e++) VST(o + e * plane, u[e]);
 }
 
@@ -319,7 +319,7 @@ WIN void W(filter_flip)(const void *w, int dt, int K, int C, int k0, int k1, flo
     for (int k = k0; k < k1; k++)
         for (int c = 0; c < C; c += WV) {
             VT g[9];
-            _Pragma("GCC unroll 16")
+            WUNROLL(16)
             for (int rs = 0; rs < 9; rs++) g[rs] = VLDT(w, ((size_t)k * 9 + 8 - rs) * C + c, dt);
             W(filt_store)(g, E, U + (size_t)k * C + c, plane);
         }
@@ -343,7 +343,7 @@ WIN void W(filter_fwd)(const float *wt, int K, int C, int c0, int c1, float *U, 
     for (int c = c0; c < c1; c++)
         for (int k = 0; k < K; k += WV) {
             VT g[9];
-            _Pragma("GCC unroll 16")
+            WUNROLL(16)
             for (int rs = 0; rs < 9; rs++) g[rs] = VLD(wt + ((size_t)rs * C + c) * K + k);
             W(filt_store)(g, E, U + (size_t)c * K + k, plane);
         }
@@ -424,9 +424,9 @@ WIN void W(dy_tile)(const wgeom *g, const void *dy, size_t img, int oy, int ox, 
                     VT *e, VT *sum) {
     const size_t rs = (size_t)g->q * g->co;
     VT y[16];
-    _Pragma("GCC unroll 16")
+    WUNROLL(16)
     for (int a = 0; a < m; a++)
-        _Pragma("GCC unroll 16")
+        WUNROLL(16)
         for (int b = 0; b < m; b++)
             y[m * a + b] = oy + a < g->p && ox + b < g->q
                                ? VLDT(dy, img + (size_t)(oy + a) * rs + (size_t)(ox + b) * g->co + k, g->dt)
@@ -434,14 +434,14 @@ WIN void W(dy_tile)(const wgeom *g, const void *dy, size_t img, int oy, int ox, 
     if (m == 2) {
         *sum = VADD(VADD(y[0], y[1]), VADD(y[2], y[3]));
         VT t[8];   /* A dY: 4 rows × 2 columns */
-        _Pragma("GCC unroll 16")
+        WUNROLL(16)
         for (int b = 0; b < 2; b++) {
             t[b] = y[b];
             t[2 + b] = VADD(y[b], y[2 + b]);
             t[4 + b] = VSUB(y[b], y[2 + b]);
             t[6 + b] = VSUB(VZERO(), y[2 + b]);
         }
-        _Pragma("GCC unroll 16")
+        WUNROLL(16)
         for (int a = 0; a < 4; a++) {   /* (A dY) Aᵀ */
             VT p = t[2 * a], q = t[2 * a + 1];
             e[4 * a + 0] = p;
@@ -452,13 +452,13 @@ WIN void W(dy_tile)(const wgeom *g, const void *dy, size_t img, int oy, int ox, 
         return;
     }
     VT r[4];   /* the rows' sums, added in row order */
-    _Pragma("GCC unroll 16")
+    WUNROLL(16)
     for (int a = 0; a < 4; a++) r[a] = VADD(VADD(y[4 * a], y[4 * a + 1]), VADD(y[4 * a + 2], y[4 * a + 3]));
     *sum = VADD(VADD(r[0], r[1]), VADD(r[2], r[3]));
     VT t[24];   /* A dY: 6 rows × 4 columns */
-    _Pragma("GCC unroll 16")
+    WUNROLL(16)
     for (int b = 0; b < 4; b++) W(a6)(y + b, 4, t + b, 4);
-    _Pragma("GCC unroll 16")
+    WUNROLL(16)
     for (int a = 0; a < 6; a++) W(a6)(t + 4 * a, 1, e + 6 * a, 1);   /* (A dY) Aᵀ */
 }
 
@@ -475,7 +475,7 @@ WIN void W(dy_tiles)(const wgeom *g, const void *dy, size_t t0, int cnt, float *
             W(dy_tile)(g, dy, img, m * ty, m * tx, k, m, e, &s);
             VST(db + k, VADD(VLD(db + k), s));
             float *o = D + (size_t)i * g->co + k;
-            _Pragma("GCC unroll 36")
+            WUNROLL(36)
             for (int j = 0; j < E; j++) VST(o + j * plane, e[j]);
         }
     }
@@ -498,19 +498,19 @@ WFN static void W(gemm_tn)(int cnt, int K, int C, const float *D, const float *V
     for (int k0 = 0; k0 < K; k0 += TN_KR) {
         for (int c = 0; c < c2; c += 2 * WV) {
             VT acc[TN_KR][2];
-            _Pragma("GCC unroll 16")
+            WUNROLL(16)
             for (int i = 0; i < TN_KR; i++) acc[i][0] = acc[i][1] = VZERO();
             for (int t = 0; t < cnt; t++) {
                 const float *v = V + (size_t)t * C + c, *dd = D + (size_t)t * K + k0;
                 VT b0 = VLD(v), b1 = VLD(v + WV);
-                _Pragma("GCC unroll 16")
+                WUNROLL(16)
                 for (int i = 0; i < TN_KR; i++) {
                     VT a = VBCAST(dd + i);
                     acc[i][0] = VFMA(a, b0, acc[i][0]);
                     acc[i][1] = VFMA(a, b1, acc[i][1]);
                 }
             }
-            _Pragma("GCC unroll 16")
+            WUNROLL(16)
             for (int i = 0; i < TN_KR; i++) {
                 float *m = Macc + (size_t)(k0 + i) * C + c;
                 VST(m, VADD(VLD(m), acc[i][0]));
@@ -521,15 +521,15 @@ WFN static void W(gemm_tn)(int cnt, int K, int C, const float *D, const float *V
     if (c2 == C) return;
     for (int k0 = 0; k0 < K; k0 += 2 * TN_KR) {
         VT acc[2 * TN_KR];
-        _Pragma("GCC unroll 16")
+        WUNROLL(16)
         for (int i = 0; i < 2 * TN_KR; i++) acc[i] = VZERO();
         for (int t = 0; t < cnt; t++) {
             VT b0 = VLD(V + (size_t)t * C + c2);
             const float *dd = D + (size_t)t * K + k0;
-            _Pragma("GCC unroll 16")
+            WUNROLL(16)
             for (int i = 0; i < 2 * TN_KR; i++) acc[i] = VFMA(VBCAST(dd + i), b0, acc[i]);
         }
-        _Pragma("GCC unroll 16")
+        WUNROLL(16)
         for (int i = 0; i < 2 * TN_KR; i++) {
             float *m = Macc + (size_t)(k0 + i) * C + c2;
             VST(m, VADD(VLD(m), acc[i]));
@@ -556,14 +556,14 @@ WIN void W(filt_out)(const VT *m, int E, float *dwk, int C, int c) {
     if (E == 16) {
         const VT h = VSET1(0.5f);
         VT t[12];   /* Gᵀ M: 3 rows × 4 columns */
-        _Pragma("GCC unroll 16")
+        WUNROLL(16)
         for (int b = 0; b < 4; b++) {
             VT s12 = VMUL(h, VADD(m[4 + b], m[8 + b]));
             t[b] = VADD(m[b], s12);
             t[4 + b] = VMUL(h, VSUB(m[4 + b], m[8 + b]));
             t[8 + b] = VADD(s12, m[12 + b]);
         }
-        _Pragma("GCC unroll 16")
+        WUNROLL(16)
         for (int r = 0; r < 3; r++) {   /* (Gᵀ M) G */
             const VT *q = t + 4 * r;
             VT s12 = VMUL(h, VADD(q[1], q[2]));
@@ -573,12 +573,12 @@ WIN void W(filt_out)(const VT *m, int E, float *dwk, int C, int c) {
         }
     } else {
         VT t[18];   /* Gᵀ M: 3 rows × 6 columns */
-        _Pragma("GCC unroll 16")
+        WUNROLL(16)
         for (int b = 0; b < 6; b++) W(gt6)(m + b, 6, t + b, 6);
-        _Pragma("GCC unroll 16")
+        WUNROLL(16)
         for (int r = 0; r < 3; r++) W(gt6)(t + 6 * r, 1, o + 3 * r, 1);   /* (Gᵀ M) G */
     }
-    _Pragma("GCC unroll 16")
+    WUNROLL(16)
     for (int rs = 0; rs < 9; rs++) {
         float *p = dwk + (size_t)rs * C + c;
         VST(p, VADD(VLD(p), o[rs]));

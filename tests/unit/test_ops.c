@@ -486,8 +486,8 @@ static void wino_lo_exact(const tq_conv_desc *d, double xscale, int nan) {
 
 /* Winograd F(4×4, 3×3) and F(2×2, 3×3) (cpu_wino.c): on by default below AVX-512 and for some of
  * them on Intel's AVX-512 (cpu_conv.c, wino_use), so forced here (TQ_CPU_WINOGRAD=1) on a backend
- * of its own, with 1 and 3 threads and F(4×4, 3×3) where it takes fewer products (the default),
- * and with 2 threads and F(2×2, 3×3) (TQ_CPU_WINO_TILE=2). The same checks as every
+ * of its own, with the tiles of the default (1 thread), of TQ_CPU_WINO_TILE=4 (3 threads) and of
+ * TQ_CPU_WINO_TILE=2 (2 threads). The same checks as every
  * convolution: all three ops against the double reference, beta 0 and 1, the workspace exactly
  * as conv_ws reports (one byte less: TQ_EINVAL), the 16-bit types against it, and (wino_lo_exact)
  * each 16-bit output bit for bit the f32 one rounded. Shapes: odd sizes (tiles over the
@@ -522,10 +522,11 @@ static void test_conv_winograd(void **state) {
     setenv("TQ_CPU_WINOGRAD", "1", 1);
     static const int threads[] = { 1, 3, 2 };
     for (int ti = 0; ti < 3; ti++) {
-        /* 1 and 3 threads with F(4×4, 3×3) where it takes fewer products (the default), 2 with
-         * F(2×2, 3×3) */
-        const int tile = ti == 2 ? 2 : 4;
-        if (tile == 2) setenv("TQ_CPU_WINO_TILE", "2", 1);
+        /* 1 thread: the default, F(4×4, 3×3) for fwd and bwd_data where it takes fewer products,
+         * F(2×2, 3×3) for bwd_filter; 3 threads: F(4×4, 3×3) for all three (TQ_CPU_WINO_TILE=4);
+         * 2 threads: F(2×2, 3×3) for all three (=2) */
+        const int tile = ti == 2 ? 2 : 4, tile_bwdf = ti == 1 ? 4 : 2;
+        if (ti > 0) setenv("TQ_CPU_WINO_TILE", ti == 1 ? "4" : "2", 1);
         be = tq_cpu_backend_new(threads[ti]);
         assert_non_null(be);
         for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -534,7 +535,7 @@ static void test_conv_winograd(void **state) {
             /* the workspace is Winograd's: the path really runs */
             size_t want = 0;
             for (int kind = 0; kind < 3; kind++) {
-                size_t b = tq_cpu_wino_ws(&d, kind, threads[ti], tile);
+                size_t b = tq_cpu_wino_ws(&d, kind, threads[ti], kind == 2 ? tile_bwdf : tile);
                 if (b > want) want = b;
             }
             for (tq_dtype dt = TQ_F32; dt <= TQ_BF16; dt++)
