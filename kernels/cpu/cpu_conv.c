@@ -646,11 +646,12 @@ static int conv_bwd_filter_impl(tq_backend *be, const char *nm, const tq_conv_de
     return TQ_OK;
 }
 
-/* Winograd (cpu_wino.c: F(4×4, 3×3), F(2×2, 3×3) on maps where that takes no more products) for
+/* Winograd (cpu_wino.c: F(4×4, 3×3) for fwd and bwd_data, F(2×2, 3×3) on maps where that takes no
+ * more products and for bwd_filter, whose F(4×4, 3×3) error is larger: docs/engine.md) for
  * the 3×3 stride-1 convolutions it fits, where it beats oneDNN's direct kernels (and its f32
  * copies of 16-bit data). TQ_CPU_WINOGRAD=1 turns it on for all of them wherever the CPU has
  * AVX2, FMA and F16C, =0 off; TQ_CPU_WINO_TILE=2 keeps F(2×2, 3×3) everywhere (and the rule it
- * had). Unset:
+ * had), =4 takes F(4×4, 3×3) for bwd_filter too. Unset:
  * - where oneDNN runs and its best ISA is below AVX-512 (an AVX2 CPU, or ONEDNN_MAX_CPU_ISA=AVX2):
  *   all of them, on AVX2 registers;
  * - on Intel CPUs where oneDNN has AVX-512, on AVX-512 registers, all of them whose channels
