@@ -58,7 +58,7 @@ def test_report_files(native):
     assert data["meta"]["rounds_done"] == 2
     tq = data["meta"]["isa_check"]["trainq"]
     isa = tq["off"]["onednn_isa"] or ""
-    assert tq["winograd_tile"] == 4   # this build: F(4x4, 3x3)
+    assert tq["winograd_tile"] == 4 and tq["winograd_tile_bwdf"] == 2   # this build: F(4x4, 3x3) but dW
     if "512" in isa:
         intel = "GenuineIntel" in open("/proc/cpuinfo").read()
         route = "through the f32 primitives on f32 copies of the bf16 data"
@@ -189,7 +189,7 @@ def test_avx2_emulation(tmp_path, trainq):
     # below AVX-512 trainq's Winograd kernels take resnet20's 3x3 stride-1 convolutions (where the
     # CPU has FMA and F16C): the probe sees oneDNN run none of them and records it
     flags = set(next(l for l in Path("/proc/cpuinfo").read_text().splitlines() if l.startswith("flags")).split())
-    wino = "ran its own Winograd F(4×4, 3×3) (F(2×2, 3×3) on maps"
+    wino = "ran its own Winograd F(4×4, 3×3) (for the forward and backward-data ops; F(2×2, 3×3) for the filter gradient"
     if {"fma", "f16c"} <= flags:
         assert ic["trainq"]["winograd"] == ["off", "bf16"] and ic["trainq"]["bf16_via_f32"] is True, ic["trainq"]
         assert ic["trainq"]["winograd_reach"] == {"off": "all", "bf16": "all"}
