@@ -646,6 +646,29 @@ static int conv_bwd_filter_impl(tq_backend *be, const char *nm, const tq_conv_de
     return TQ_OK;
 }
 
+/* the CPU's vector kernels (Winograd, thin), decided once per backend */
+static void vec_kernels_init(tq_backend *be, tq_cpu_ctx *cx) {
+    const char *env = getenv("TQ_CPU_WINOGRAD");
+    unsigned a, b, c, dd;   /* F16C: CPUID 1, ECX bit 29 (clang's builtin does not know it) */
+    int f16c = __get_cpuid(1, &a, &b, &c, &dd) && (c >> 29 & 1u);
+    int ok = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && f16c;
+    int below = tq_dnnl_below_avx512(be);
+    int wide = ok && !below && __builtin_cpu_supports("avx512f");
+    cx->wino_vec = wide ? 16 : 8;
+    cx->wino_amx = tq_dnnl_has_amx(be);
+    /* F(4×4, 3×3) for fwd and bwd_data, F(2×2, 3×3) for bwd_filter (wino_use); TQ_CPU_WINO_TILE=2:
+     * F(2×2, 3×3) everywhere, =4: F(4×4, 3×3) everywhere */
+    const char *te = getenv("TQ_CPU_WINO_TILE");
+    cx->wino_tile = te && !strcmp(te, "2") ? 2 : 4;
+    cx->wino_tile_bwdf = te && !strcmp(te, "4") ? 4 : 2;
+    if (env && env[0] == '0' && env[1] == 0) cx->wino = WINO_OFF;
+    else if (env && env[0] == '1' && env[1] == 0) cx->wino = ok ? WINO_ALL : WINO_OFF;
+    else if (cx->dnnl_off) cx->wino = WINO_OFF;   /* TQ_CPU_DNNL=0: everything on im2col */
+    else cx->wino = ok && below ? WINO_ALL : wide && tq_cpu_is_intel() ? WINO_WIDE : WINO_OFF;
+    const char *th = getenv("TQ_CPU_THIN");
+    cx->thin = !ok ? 0 : th && !strcmp(th, "0") ? 0 : th && !strcmp(th, "1") ? 2 : cx->dnnl_off ? 0 : 1;
+}
+
 /* Winograd (cpu_wino.c: F(4×4, 3×3) for fwd and bwd_data, F(2×2, 3×3) on maps where that takes no
  * more products and for bwd_filter, whose F(4×4, 3×3) error is larger: docs/engine.md) for
  * the 3×3 stride-1 convolutions it fits, where it beats oneDNN's direct kernels (and its f32
@@ -663,30 +686,7 @@ static int conv_bwd_filter_impl(tq_backend *be, const char *nm, const tq_conv_de
  *   under TQ_CPU_WINO_TILE=2. In 16-bit types the alternative is oneDNN's f32 kernels on f32
  *   copies (cpu_dnnl.c). Whole steps: docs/engine.md. AMD's Zen 4 keeps oneDNN there (not
  *   measured), AMX its tile kernels for bf16.
- * Decided once per backend. */
-/* the CPU's vector kernels (Winograd, thin), decided once per backend */
-static void vec_kernels_init(tq_backend *be, tq_cpu_ctx *cx) {
-    const char *env = getenv("TQ_CPU_WINOGRAD");
-    unsigned a, b, c, dd;   /* F16C: CPUID 1, ECX bit 29 (clang's builtin does not know it) */
-    int f16c = __get_cpuid(1, &a, &b, &c, &dd) && (c >> 29 & 1u);
-    int ok = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && f16c;
-    int below = tq_dnnl_below_avx512(be);
-    int wide = ok && !below && __builtin_cpu_supports("avx512f");
-    cx->wino_vec = wide ? 16 : 8;
-    cx->wino_amx = tq_dnnl_has_amx(be);
-    /* F(4×4, 3×3) for fwd and bwd_data, F(2×2, 3×3) for bwd_filter (below); TQ_CPU_WINO_TILE=2:
-     * F(2×2, 3×3) everywhere, =4: F(4×4, 3×3) everywhere */
-    const char *te = getenv("TQ_CPU_WINO_TILE");
-    cx->wino_tile = te && !strcmp(te, "2") ? 2 : 4;
-    cx->wino_tile_bwdf = te && !strcmp(te, "4") ? 4 : 2;
-    if (env && env[0] == '0' && env[1] == 0) cx->wino = WINO_OFF;
-    else if (env && env[0] == '1' && env[1] == 0) cx->wino = ok ? WINO_ALL : WINO_OFF;
-    else if (cx->dnnl_off) cx->wino = WINO_OFF;   /* TQ_CPU_DNNL=0: everything on im2col */
-    else cx->wino = ok && below ? WINO_ALL : wide && tq_cpu_is_intel() ? WINO_WIDE : WINO_OFF;
-    const char *th = getenv("TQ_CPU_THIN");
-    cx->thin = !ok ? 0 : th && !strcmp(th, "0") ? 0 : th && !strcmp(th, "1") ? 2 : cx->dnnl_off ? 0 : 1;
-}
-
+ * Decided once per backend (vec_kernels_init). */
 static int wino_use(tq_backend *be, const tq_conv_desc *d, tq_dtype dt) {
     tq_cpu_ctx *cx = be->ctx;
     if (!cx || !tq_cpu_wino_fits(d)) return 0;   /* dt: checked by geom, as every caller does first */
@@ -711,7 +711,7 @@ static int cx_tile(tq_backend *be, int op) {
  * (Fashion-MNIST's first layers), its filter gradient everywhere and its forward on AVX-512
  * registers (oneDNN on AVX-512 or capped at AVX2 and trainq against itself, `bench/ab TQ_CPU_THIN=0
  * - --ops`, per call at batch 64/128: the cnn's 1 → 32-channel conv1 on AVX-512 forward
- * 1.08-1.65×, filter gradient 1.43-1.88×; under the AVX2 cap the filter gradient 1.71-2.04× but
+ * 1.16-1.44×, filter gradient 1.79-2.07×; under the AVX2 cap the filter gradient 1.71-2.04× but
  * the forward 0.69-0.82×, its 8-wide registers broadcasting each input value once per register
  * of output channels). Three channels (CIFAR's first layer, 16 outputs) tied or lost in bf16
  * (AVX-512: forward 0.94-1.13×, filter gradient f32 1.21-1.32× but bf16 0.83-0.91×), so they stay
@@ -725,24 +725,21 @@ static int thin_use(tq_backend *be, const tq_conv_desc *d, int op) {
     return d->x.c == 1 && (op == OP_BWD_FILTER || (cx->wino_vec == 16 && d->k % 16 == 0));
 }
 
-static int thin_ws_ok(tq_backend *be, const char *op, const tq_conv_desc *d, int kind,
-                      size_t ws_bytes, const void *ws) {
-    size_t need = tq_cpu_thin_ws(d, kind, tq_cpu_nt(be));
+/* the caller's workspace holds the need bytes of the Winograd or thin kernels (else the error) */
+static int ws_ok(tq_backend *be, const char *op, size_t need, size_t ws_bytes, const void *ws) {
     if (ws_bytes < need || !ws) {
         tq_backend_seterr(be, "%s: workspace too small (%zu < %zu bytes)", op, ws_bytes, need);
         return 0;
     }
     return 1;
 }
-
 static int wino_ws_ok(tq_backend *be, const char *op, const tq_conv_desc *d, int kind,
                       size_t ws_bytes, const void *ws) {
-    size_t need = tq_cpu_wino_ws(d, kind, tq_cpu_nt(be), cx_tile(be, kind));
-    if (ws_bytes < need || !ws) {
-        tq_backend_seterr(be, "%s: workspace too small (%zu < %zu bytes)", op, ws_bytes, need);
-        return 0;
-    }
-    return 1;
+    return ws_ok(be, op, tq_cpu_wino_ws(d, kind, tq_cpu_nt(be), cx_tile(be, kind)), ws_bytes, ws);
+}
+static int thin_ws_ok(tq_backend *be, const char *op, const tq_conv_desc *d, int kind,
+                      size_t ws_bytes, const void *ws) {
+    return ws_ok(be, op, tq_cpu_thin_ws(d, kind, tq_cpu_nt(be)), ws_bytes, ws);
 }
 
 /* convolutions go to Winograd where wino_use says so, then to oneDNN (TQ_DNNL_NA: it does not

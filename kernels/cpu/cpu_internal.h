@@ -67,7 +67,7 @@ typedef struct {
     int wino_vec;       /* their registers: 8 channels (AVX2) or 16 (AVX-512) */
     int wino_amx;       /* oneDNN has AMX here: bf16 stays with its tile kernels */
     int wino_tile;      /* fwd and bwd_data's output tile: 2 (F(2×2, 3×3)) or 4 (F(4×4, 3×3)) */
-    int wino_tile_bwdf; /* bwd_filter's (2 unless TQ_CPU_WINO_TILE=4: cpu_conv.c, wino_use) */
+    int wino_tile_bwdf; /* bwd_filter's (2 unless TQ_CPU_WINO_TILE=4: cpu_conv.c, vec_kernels_init) */
     int thin;           /* the direct kernels of few input channels (tq_cpu_thin_*): 0 off, 1 where
                            they win (cpu_conv.c, thin_use), 2 wherever they fit */
     unsigned char fetch[TQ_FETCH_SLOTS][TQ_FETCH_BYTES];   /* fetch_begin's slots (copied at once) */

@@ -6,9 +6,9 @@
  * is copied once a call to Wt[r][s][c][k] (f32). A forward output is the bias, then the products
  * added in (r, s, c) order, those that would read outside the image left out; a pixel whose
  * window lies inside the image takes the unchecked loop (4 pixels a step), one on the border the
- * checked one, and both add in the same order. The filter gradient sums an image's pixels in f32
- * registers (9·C products and dy's sum per output channel), then adds each image's sums in double
- * into the thread's accumulators; threads take images [N·t/T, N·(t+1)/T) and their accumulators
+ * checked one, and both add in the same order. The filter gradient sums an output row's pixels
+ * in f32 registers (9·C products and dy's sum per output channel), then adds each row's sums in
+ * double into the thread's accumulators; threads take images [N·t/T, N·(t+1)/T) and their accumulators
  * are added in thread order. Every output channel is its own lane and every sum runs in the same
  * order at both widths: the same bits. Not a header of its own: no include guard. */
 
@@ -146,17 +146,17 @@ static void W(run_thin_fwd)(const wgeom *g, int nt, const void *x, const float *
 }
 
 /* the filter gradient of output row p of image n for output channels k..k+WV−1: the 9·C products'
- * sums and dy's sum, kept between rows in sacc[9·C + 1] registers' worth of f32 (C and DT
- * constants where inlined). A row at a time for every k of the row before the next row: the row
- * of dy stays in L1, where passes over all of dy for each register of k had read it K/WV times
- * from memory (the 32-channel cnn conv1: 0.67 ms a call, dy at 38 GB/s) */
+ * sums and dy's sum, stored to sacc[9·C + 1] registers' worth of f32 (C and DT constants where
+ * inlined). A row at a time for every k of the row before the next row: the row of dy stays in
+ * L1, where passes over all of dy for each register of k had read it K/WV times from memory
+ * (the 32-channel cnn conv1: 0.67 ms a call, dy at 38 GB/s) */
 WIN void W(thin_bwdf_row)(const wgeom *g, const void *x, const void *dy, int n, int p, int k,
                           float *sacc, int C, int DT) {
     const int K = g->co;
     const size_t xrs = (size_t)g->w * C, ximg = (size_t)n * g->h * xrs;
-    VT acc[36], db = VLD(sacc + (size_t)9 * C * WV);
+    VT acc[36], db = VZERO();
     WUNROLL(36)
-    for (int j = 0; j < 9 * C; j++) acc[j] = VLD(sacc + (size_t)j * WV);
+    for (int j = 0; j < 9 * C; j++) acc[j] = VZERO();
     int qa, qb, r0, r1;
     W(thin_cols)(g, &qa, &qb);
     W(thin_rows)(g, p, &r0, &r1);
@@ -194,15 +194,8 @@ WIN void W(thin_bwdf_row)(const wgeom *g, const void *x, const void *dy, int n, 
 WFN static void W(thin_bwdf_imgs)(const wgeom *g, const void *x, const void *dy, int n0, int n1,
                                   double *dwacc, double *dbacc, float *scratch) {
     const int K = g->co, J = 9 * g->ci + 1;
-    const size_t rowb = (size_t)g->q * K * (g->dt == TQ_F32 ? 4 : 2), last = (size_t)n1 * g->p;
     for (int n = n0; n < n1; n++) {
         for (int p = 0; p < g->p; p++) {
-            memset(scratch, 0, (size_t)J * K * sizeof(float));
-            /* the next row of dy on its way while this one runs (a row at a time, the loads
-             * waited on memory: dy at 21 GB/s) */
-            size_t next = (size_t)n * g->p + p + 1;
-            if (next < last)
-                for (size_t o = 0; o < rowb; o += 64) __builtin_prefetch((const char *)dy + next * rowb + o);
             for (int k = 0; k < K; k += WV)
                 THIN_DISPATCH(W(thin_bwdf_row), g, x, dy, n, p, k, scratch + (size_t)k * J);
             for (int k = 0; k < K; k += WV) {

@@ -195,6 +195,14 @@ static inline void tile_at(const wgeom *g, size_t t, int *n, int *ty, int *tx) {
     *tx = rem % g->tx;
 }
 
+/* wt[r][s][c][k] (f32) = w[k][r][s][c] for rows k0..k1 of w [K][3][3][C]: the kernel with its
+ * output channels contiguous, as the kernels with vectors over k want it (the Winograd forward
+ * filter transform, the thin forward) */
+static void w_kmajor(const void *w, int dt, int K, int C, int k0, int k1, float *wt) {
+    for (int k = k0; k < k1; k++)
+        for (int j = 0; j < 9 * C; j++) wt[(size_t)j * K + k] = tq_ld(w, (tq_dtype)dt, (size_t)k * 9 * C + j);
+}
+
 /* ---- 8 channels in and out of an AVX2 register ---- */
 
 /* 8 values of type dt from element i of p, as f32 (exact) */
@@ -370,9 +378,8 @@ int tq_cpu_thin_fits(const tq_conv_desc *d) {
            d->x.c <= 4 && d->k % 8 == 0 && d->x.h + 2 * d->pad >= 3 && d->x.w + 2 * d->pad >= 3;
 }
 
-/* fwd: Wt[9·C·K] floats; bwd_filter: per thread 9·C·K + K doubles, then per thread as many
- * floats (an image's sums; even, so that every thread's doubles stay aligned); bwd_data: not
- * these kernels */
+/* fwd: Wt[9·C·K] floats; bwd_filter: per thread 9·C·K + K doubles (its sums), then per thread
+ * as many floats (an output row's sums); bwd_data: not these kernels */
 static size_t thin_per(const tq_conv_desc *d) { return (size_t)9 * d->x.c * d->k + (size_t)d->k; }
 size_t tq_cpu_thin_ws(const tq_conv_desc *d, int kind, int nt) {
     if (nt > WINO_TMAX) nt = WINO_TMAX;
@@ -386,9 +393,8 @@ int tq_cpu_thin_fwd(int nt, int vec, const tq_conv_desc *d, tq_dtype dt, void *y
     wgeom g;
     fwd_form(d, dt, 0, 2, &g);
     float *Wt = align64(ws);
-    const int C = d->x.c, K = d->k;
-    for (int k = 0; k < K; k++)   /* w [K][3][3][C] → Wt [3][3][C][K], f32 */
-        for (int j = 0; j < 9 * C; j++) Wt[(size_t)j * K + k] = tq_ld(w, dt, (size_t)k * 9 * C + j);
+    const int K = d->k;
+    w_kmajor(w, dt, K, d->x.c, 0, K, Wt);
     if (vec == 16 && K % 16 == 0) run_thin_fwd_16(&g, nt, x, Wt, bias, y);
     else run_thin_fwd_8(&g, nt, x, Wt, bias, y);
     return TQ_OK;

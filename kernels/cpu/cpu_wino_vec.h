@@ -326,18 +326,10 @@ WIN void W(filter_flip)(const void *w, int dt, int K, int C, int k0, int k1, flo
 }
 
 /* fwd: U[e][c][k] wants vectors over k, which w [K][3][3][C] holds 9·C apart. So each thread
- * first copies its rows k0..k1 into wt[r][s][c][k] (f32), and after a barrier transforms input
- * channels c0..c1 from wt with vectors over k: every store a whole register (the scattered
- * stores of a transform over c cost a 64-channel forward call 0.07-0.16 ms, 6-15 %) */
-WFN static void W(filter_wt)(const void *w, int dt, int K, int C, int k0, int k1, float *wt) {
-    for (int k = k0; k < k1; k++)
-        for (int rs = 0; rs < 9; rs++) {
-            const size_t src = ((size_t)k * 9 + rs) * C;
-            float *o = wt + (size_t)rs * C * K + k;
-            for (int c = 0; c < C; c++) o[(size_t)c * K] = tq_ld(w, (tq_dtype)dt, src + c);
-        }
-}
-
+ * first copies its rows k0..k1 into wt[r][s][c][k] (f32, w_kmajor), and after a barrier
+ * transforms input channels c0..c1 from wt with vectors over k: every store a whole register
+ * (the scattered stores of a transform over c cost a 64-channel forward call 0.07-0.16 ms,
+ * 6-15 %) */
 WIN void W(filter_fwd)(const float *wt, int K, int C, int c0, int c1, float *U, int E) {
     const size_t plane = (size_t)C * K;
     for (int c = c0; c < c1; c++)
@@ -350,7 +342,7 @@ WIN void W(filter_fwd)(const float *wt, int K, int C, int c0, int c1, float *U, 
 }
 
 /* U[E][ci][co] of w [K][3][3][C]: fwd ci = C, co = K, g = w[k][·][·][c]; bwd_data (flip) ci = K,
- * co = C, g[r][s] = w[k][2−r][2−s][c]. t of T threads; fwd goes through wt (filter_wt) and
+ * co = C, g[r][s] = w[k][2−r][2−s][c]. t of T threads; fwd goes through wt (w_kmajor) and
  * returns between its two halves for the caller's barrier (phase 0, then 1); flip has one. */
 WFN static void W(filter_block)(const void *w, int dt, int K, int C, int flip, int t, int T, int E,
                                 float *wt, float *U, int phase) {
@@ -362,7 +354,7 @@ WFN static void W(filter_block)(const void *w, int dt, int K, int C, int flip, i
             else W(filter_flip)(w, dt, K, C, k0, k1, U, 36);
         }
     } else if (phase == 0) {
-        W(filter_wt)(w, dt, K, C, k0, k1, wt);
+        w_kmajor(w, dt, K, C, k0, k1, wt);
     } else {
         if (E == 16) W(filter_fwd)(wt, K, C, c0, c1, U, 16);
         else W(filter_fwd)(wt, K, C, c0, c1, U, 36);

@@ -692,6 +692,14 @@ static tbuf *wcopy_buf(tcase *c, const char *name, int wdt, size_t n) {
     return wdt < 0 ? NULL : tb_in(c, name, wdt, n, -1, 1);
 }
 #define WDT(wdt) ((wdt) < 0 ? TQ_F32 : (tq_dtype)(wdt))
+/* the weight copies of a plain op and its _dyn twin, filled with the same values (none, wdt -1) */
+static void wcopy_pair(tcase *c, int wdt, size_t n, tbuf **l1, tbuf **l2) {
+    if (wdt < 0) return;
+    void *hl = gen(wdt, n, -1, 1);
+    *l1 = tb_host(c, "w copy plain", wdt, n, hl);
+    *l2 = tb_host(c, "w copy", wdt, n, hl);
+    free(hl);
+}
 
 static void sgd_case(size_t n, float mom, float wd, int nesterov, int skip, int wdt) {
     tcase c;
@@ -807,11 +815,7 @@ static void sgd_dyn_case(size_t n, float mom, int skip, int wdt) {
     tbuf *inb = tb_host(&c, "in", K_U8, sizeof in, &in);
     tbuf *sk = skip_flag(&c, skip);
     tbuf *l1 = NULL, *l2 = NULL;
-    if (wdt >= 0) {
-        void *hl = gen(wdt, n, -1, 1);
-        l1 = tb_host(&c, "w copy plain", wdt, n, hl), l2 = tb_host(&c, "w copy", wdt, n, hl);
-        free(hl);
-    }
+    wcopy_pair(&c, wdt, n, &l1, &l2);
     RUN(&c, be->i->sgd_step(be, n, P(w1), P(g), P(b1), in.lr, mom, 5e-4f, 1, P(sk), P(l1), WDT(wdt)));
     RUN(&c, be->i->sgd_step_dyn(be, n, P(w2), P(g), P(b2), DIN(inb), mom, 5e-4f, 1, P(sk), P(l2), WDT(wdt)));
     check(&c, w2);
@@ -841,11 +845,7 @@ static void adamw_dyn_case(size_t n, int pick_b, int skip, int wdt) {
     tbuf *sk = skip_flag(&c, skip);
     float bc1 = pick_b ? in.bc1_b : in.bc1_a, bc2 = pick_b ? in.bc2_b : in.bc2_a;
     tbuf *l1 = NULL, *l2 = NULL;
-    if (wdt >= 0) {
-        void *hl = gen(wdt, n, -1, 1);
-        l1 = tb_host(&c, "w copy plain", wdt, n, hl), l2 = tb_host(&c, "w copy", wdt, n, hl);
-        free(hl);
-    }
+    wcopy_pair(&c, wdt, n, &l1, &l2);
     RUN(&c, be->i->adamw_step(be, n, P(w1), P(g), P(m1), P(v1), in.lr, b1, b2, 1e-8f, 0.01f, bc1, bc2, P(sk),
                               P(l1), WDT(wdt)));
     RUN(&c, be->i->adamw_step_dyn(be, n, P(w2), P(g), P(m2), P(v2), DIN(inb), STATE(stb), b1, b2, 1e-8f, 0.01f,
