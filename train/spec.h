@@ -66,7 +66,8 @@ typedef struct {
     int64_t timeout_s;                /* 0 none */
     int cudnn_benchmark;              /* default 1 */
     int deterministic;                /* default 1: GPU convolutions only on deterministic cuDNN engines */
-    int recompute;                    /* default 1: regenerate ReLU outputs in the backward (graph.h) */
+    int recompute;                    /* 1, 0 or TQ_RECOMPUTE_AUTO (the default): regenerate ReLU
+                                         outputs in the backward (graph.h); tq_spec_recompute */
     double prune_amount;              /* < 0 none; 0…0.95 */
     int quantize_int8;                /* 0/1 */
     struct { int64_t train, test; int h, w, c; } synthetic; /* defaults 10000, 2000, 32, 32, 3 */
@@ -103,6 +104,12 @@ const char *tq_model_name(tq_model_kind);
 const char *tq_dataset_name(tq_data_kind);
 const char *tq_amp_name(tq_amp);
 const char *tq_tf32_name(tq_tf32);   /* "off", "conv", "all" (the spec renders false/"conv"/true) */
+
+#define TQ_RECOMPUTE_AUTO (-1)
+/* Whether the job's backward regenerates ReLU outputs: `recompute` itself, or for "auto" on
+ * unless `device` is "cpu" — a function of the spec alone, so the plan at submission, the
+ * scheduler's and the trainer's graph agree wherever the job lands. */
+int tq_spec_recompute(const tq_spec *);
 
 /* ---- the spec's documentation (docs/spec.md, trainq(1)), from the parser's own lists ---- */
 

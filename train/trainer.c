@@ -68,7 +68,7 @@ static tq_graph *build(const tq_spec *sp, const tq_dataset *ds, tq_backend *be, 
     tq_graph *g = tq_model_build(sp->model, sp->batch_size, ds->train.h, ds->train.w, ds->train.c,
                                  ds->classes, tq_amp_dtype(sp->amp), err, el);
     if (g) {
-        g->no_recompute = !sp->recompute;
+        g->no_recompute = !tq_spec_recompute(sp);
         /* TQ_FUSE=0: BN, add and ReLU as separate passes (to check the fusion changes nothing) */
         const char *fuse = getenv("TQ_FUSE");
         g->no_fuse = fuse && !strcmp(fuse, "0");

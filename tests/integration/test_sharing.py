@@ -282,3 +282,19 @@ def test_placement_settings_from_the_config_file_and_the_flags_win(make_daemon, 
     conf.write_text("cpu_memory_mb = lots\n")
     rc, err = serve_fails(tmp_path, "--devices", "cpu", "--config", str(conf))
     assert rc == 2 and "--cpu-memory-mb" in err and "lots" in err, err
+
+
+def test_recompute_auto_follows_the_device_asked_for(make_daemon, tmp_path):
+    """recompute "auto" (the default) is off for device "cpu" and on otherwise, decided from
+    the spec as submitted: a device "auto" job keeps recomputing where it lands (the CPU here),
+    so what it runs is what was planned and placed at submission."""
+    d = make_daemon()
+    jobs = {}
+    for dev in ("auto", "cpu"):
+        jobs[dev] = d.submit(syn("resnet20", batch=8, steps=3, device=dev, name="rc-" + dev))
+    assert jobs["auto"]["planned_peak_bytes"] < jobs["cpu"]["planned_peak_bytes"], jobs
+    for dev, j in jobs.items():
+        d.wait_state(j["id"], "succeeded", timeout=120)
+        got = d.job(j["id"])
+        assert got["summary"]["predicted_peak_bytes"] == j["planned_peak_bytes"], (dev, got["summary"], j)
+        assert got["spec"]["recompute"] == "auto", got["spec"]

@@ -165,7 +165,7 @@ static void test_default_rendering(void **state) {
         "\"seed\":0,\"shuffle\":true,\"augment\":false,\"train_subset\":null,\"eval_subset\":null,"
         "\"eval_every\":0,\"checkpoint_every\":500,\"init_from\":null,\"device\":\"auto\","
         "\"max_memory_mb\":null,\"priority\":0,\"submission_id\":null,\"timeout_s\":null,"
-        "\"cudnn_benchmark\":true,\"prune\":null,\"quantize\":null,\"threads\":0,\"recompute\":true,"
+        "\"cudnn_benchmark\":true,\"prune\":null,\"quantize\":null,\"threads\":0,\"recompute\":\"auto\","
         "\"deterministic\":true,\"tf32\":\"conv\",\"cuda_graphs\":false,\"after\":[]}");
     free(text);
 }
@@ -448,6 +448,9 @@ static const bad_case bad_cases[] = {
     { "{\"cudnn_benchmark\":\"yes\"}", "cudnn_benchmark" },
     { "{\"deterministic\":0}", "deterministic" }, { "{\"deterministic\":\"false\"}", "deterministic" },
     { "{\"cuda_graphs\":1}", "cuda_graphs" }, { "{\"cuda_graphs\":null}", "cuda_graphs" },
+    /* recompute */
+    { "{\"recompute\":1}", "recompute" }, { "{\"recompute\":\"on\"}", "recompute" },
+    { "{\"recompute\":null}", "recompute" },
     /* tf32 */
     { "{\"tf32\":\"all\"}", "tf32" }, { "{\"tf32\":1}", "tf32" }, { "{\"tf32\":null}", "tf32" },
     /* after */
@@ -850,6 +853,27 @@ static void test_numbers_exact(void **state) {
 
 /* ---- batch_size "auto" and effective_batch ----------------------------------------------- */
 
+/* recompute "auto" (the default) is on unless the spec's own device is "cpu"; true and false
+ * are themselves on every device */
+static void test_recompute_resolution(void **state) {
+    (void)state;
+    static const struct { const char *json; int on; } cases[] = {
+        { "{}", 1 },
+        { "{\"device\":\"cpu\"}", 0 },
+        { "{\"device\":\"cuda\"}", 1 },
+        { "{\"device\":\"cuda:1\"}", 1 },
+        { "{\"device\":\"auto\",\"recompute\":\"auto\"}", 1 },
+        { "{\"device\":\"cpu\",\"recompute\":true}", 1 },
+        { "{\"device\":\"cuda\",\"recompute\":false}", 0 },
+        { "{\"device\":\"cpu\",\"recompute\":false}", 0 },
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        tq_spec s = parse_ok(cases[i].json);
+        if (tq_spec_recompute(&s) != cases[i].on) fail_msg("%s: recompute %d, want %d", cases[i].json, !cases[i].on, cases[i].on);
+    }
+    assert_int_equal(parse_ok("{}").recompute, TQ_RECOMPUTE_AUTO);
+}
+
 static void test_batch_auto(void **state) {
     (void)state;
     /* unresolved: batch_size and accum_steps 0 until the picker chooses */
@@ -1078,6 +1102,7 @@ static void test_round_trip(void **state) {
         "\"after\":[3,1,9007199254740991]}");
     check_round_trip("{\"tf32\":false,\"after\":null}");
     check_round_trip("{\"tf32\":\"conv\",\"after\":[]}");
+    check_round_trip("{\"recompute\":\"auto\",\"device\":\"cpu\"}");
     /* batch_size "auto" (unresolved and resolved) and effective_batch with an explicit batch */
     check_round_trip("{\"batch_size\":\"auto\",\"effective_batch\":256}");
     check_round_trip("{\"batch_size\":\"auto\",\"effective_batch\":256,\"accum_steps\":8}");
@@ -1452,6 +1477,7 @@ int main(void) {
         cmocka_unit_test(test_messages),
         cmocka_unit_test(test_bad_text),
         cmocka_unit_test(test_numbers_exact),
+        cmocka_unit_test(test_recompute_resolution),
         cmocka_unit_test(test_batch_auto),
         cmocka_unit_test(test_batch_candidates),
         cmocka_unit_test(test_rendering),
