@@ -65,15 +65,15 @@ def test_ops_table_per_op(trainq, tmp_path):
 
 
 def test_spec_fields_per_side(trainq, tmp_path):
-    # --spec-a/--spec-b lay job-spec fields over one side's spec: with recompute off on B, B's
-    # profiles have no bn_norm (the recomputation) while A's have
-    r = ab("-", "-", "--spec-b", '{"recompute": false}', "--models", "resnet20", "--batches", "4",
+    # --spec-a/--spec-b lay job-spec fields over one side's spec: with recompute on for A and off
+    # for B, B's profiles have no bn_norm (the recomputation) while A's have
+    r = ab("-", "-", "--spec-a", '{"recompute": true}', "--spec-b", '{"recompute": false}', "--models", "resnet20", "--batches", "4",
            "--amps", "off", "--rounds", "1", "--steps", "7", "--trainq", trainq, "--ops", "1",
            "--json", str(tmp_path / "ab.json"))
     assert r.returncode == 0, r.stderr[-2000:]
-    assert 'A: (unchanged); B: spec {"recompute": false}' in r.stdout
+    assert 'A: spec {"recompute": true}; B: spec {"recompute": false}' in r.stdout
     d = json.loads((tmp_path / "ab.json").read_text())
-    assert d["spec_b"] == {"recompute": False} and d["spec_a"] == {}
+    assert d["spec_b"] == {"recompute": False} and d["spec_a"] == {"recompute": True}
     ops = d["cells"][0]["ops"][0]
     assert any(k.startswith("bn_norm|") for k in ops["A"])
     assert not any(k.startswith("bn_norm|") for k in ops["B"])
