@@ -381,6 +381,15 @@ static enum MHD_Result submit_planned(tq_ctx *c, tq_spec *spp, const tq_peer *pp
                              gpu_wish && c->api->ngpus == 0 ? c->api->cuda : "");
     }
 
+    /* recompute "auto": settled now, from the devices it may use, and stored so: off when
+     * they are all the CPU (device "cpu", or "auto" where this daemon serves no GPU), on when
+     * it may get a GPU; the plans below, the placement and the run then agree */
+    if (sp.recompute == TQ_RECOMPUTE_AUTO) {
+        int gpu = 0;
+        for (int k = 0; k < nc; k++) gpu |= devs[cand[k]].gpu;
+        sp.recompute = gpu;
+    }
+
     /* "batch_size": "auto": the largest micro-batch whose plan fits max_memory_mb, else the
      * budget of the device the job prefers (the first candidate: a GPU for auto) */
     char code[32] = "", err[512] = "";

@@ -107,6 +107,13 @@ static int load_spec(const char *path, tq_spec *sp) {
         else fprintf(stderr, "trainq: invalid spec %s: %s\n", path, se.message);
         return 2;
     }
+    /* recompute "auto", settled where this command will train: off when that is the CPU
+     * (device "cpu", or "auto" on a host where no GPU answers), as trainq serve settles it at
+     * submission from the devices it serves */
+    if (sp->recompute == TQ_RECOMPUTE_AUTO && !strcmp(sp->device, "auto")) {
+        char why[128];
+        sp->recompute = tq_cuda_built() && tq_cuda_devices(NULL, 0, why, sizeof why) > 0;
+    }
     return 0;
 }
 

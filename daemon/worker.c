@@ -263,8 +263,8 @@ int tq_cmd_worker(int argc, char **argv) {
     /* the scheduler's placement: the device it chose (the job's "device" allowed it) and, on
      * the CPU, the cores it shares with the CPU jobs running beside it */
     if (!device) device = job.device[0] ? job.device : "cpu";
-    /* recompute "auto" follows the device the job asked for, which its plan was made with
-     * (tq_spec_recompute), not the one it was given */
+    /* recompute "auto" (settled at submission since; a job stored before that still has it)
+     * follows the device the job asked for, which its plan was made with, not the one given */
     if (sp.recompute == TQ_RECOMPUTE_AUTO) sp.recompute = tq_spec_recompute(&sp);
     snprintf(sp.device, sizeof sp.device, "%.15s", device);
     if (!tq_dev_is_gpu(sp.device) && sp.threads == 0 && threads > 0) sp.threads = (int)threads;

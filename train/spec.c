@@ -869,7 +869,7 @@ static int parse_member(tq_spec *s, int f, const cJSON *v, tq_spec_err *e) {
     case F_recompute:
         if (cJSON_IsBool(v)) { s->recompute = cJSON_IsTrue(v); return TQ_SPEC_OK; }
         if (cJSON_IsString(v) && !strcmp(v->valuestring, "auto")) { s->recompute = TQ_RECOMPUTE_AUTO; return TQ_SPEC_OK; }
-        return fail(e, fn, "recompute must be true, false or \"auto\" (true unless device is \"cpu\") "
+        return fail(e, fn, "recompute must be true, false or \"auto\" (false where the job can only train on the CPU) "
                     "(got %s)", describe(v, got, sizeof got));
     case F_deterministic: return get_bool(e, fn, v, &s->deterministic);
     case F_prune: return parse_prune(s, v, e);
@@ -1450,10 +1450,12 @@ static const tq_spec_doc_field doc_fields[] = {
       .meaning = "Regenerate the ReLU outputs of residual blocks in the backward pass instead of keeping them: "
                  "the same numbers, bit for bit, for about 30% less activation memory in a ResNet, at one "
                  "more pass over memory each. `false` keeps every activation, as PyTorch does. `\"auto\"`: "
-                 "`true`, but `false` when `device` is `\"cpu\"`, where memory is rarely short and the extra "
+                 "`false` where the job can only train on the CPU, where memory is rarely short and the extra "
                  "passes cost time (resnet20 in bf16 on 2 Xeon cores with AMX: about 10% faster without them; "
-                 "fp32 the same). Decided from the spec alone (a `device: \"auto\"` job keeps it on even "
-                 "when it lands on the CPU), so the plan at submission is the one the job runs.",
+                 "fp32 the same), else `true`. The daemon settles it when it takes the job, from the devices the "
+                 "job may use (`device: \"cpu\"`, or `\"auto\"` on a daemon that serves no GPU: `false`), and "
+                 "stores the result in the job's spec, so the job runs the plan it was placed with; `trainq run` "
+                 "and `trainq plan` settle it from the GPUs the host has.",
       .example = "false" },
     { .name = "deterministic", .type = "boolean", .def = "`true`", .def_json = "true",
       .meaning = "On a GPU, run convolutions only on cuDNN engines that give the same bits every time; "

@@ -107,8 +107,9 @@ const char *tq_tf32_name(tq_tf32);   /* "off", "conv", "all" (the spec renders f
 
 #define TQ_RECOMPUTE_AUTO (-1)
 /* Whether the job's backward regenerates ReLU outputs: `recompute` itself, or for "auto" on
- * unless `device` is "cpu" — a function of the spec alone, so the plan at submission, the
- * scheduler's and the trainer's graph agree wherever the job lands. */
+ * unless `device` is "cpu". Callers that know where a "device": "auto" job can run settle
+ * "auto" first (the daemon at submission from the devices it serves, storing the result;
+ * trainq run/plan from the GPUs the host has), so a job's plan and its run agree. */
 int tq_spec_recompute(const tq_spec *);
 
 /* ---- the spec's documentation (docs/spec.md, trainq(1)), from the parser's own lists ---- */

@@ -284,17 +284,25 @@ def test_placement_settings_from_the_config_file_and_the_flags_win(make_daemon, 
     assert rc == 2 and "--cpu-memory-mb" in err and "lots" in err, err
 
 
-def test_recompute_auto_follows_the_device_asked_for(make_daemon, tmp_path):
-    """recompute "auto" (the default) is off for device "cpu" and on otherwise, decided from
-    the spec as submitted: a device "auto" job keeps recomputing where it lands (the CPU here),
-    so what it runs is what was planned and placed at submission."""
+def test_recompute_auto_is_settled_at_submission(make_daemon, tmp_path):
+    """recompute "auto" (the default) is settled when the job is submitted, from the devices it
+    may use, and stored so: off when they are all the CPU (device "cpu", or "auto" on this
+    daemon, which serves no GPU), so such jobs keep every activation as `trainq run` does on a
+    host without a GPU; true and false are kept as given. The job runs the plan it was placed
+    with: its predicted peak equals the planned one."""
     d = make_daemon()
     jobs = {}
-    for dev in ("auto", "cpu"):
-        jobs[dev] = d.submit(syn("resnet20", batch=8, steps=3, device=dev, name="rc-" + dev))
-    assert jobs["auto"]["planned_peak_bytes"] < jobs["cpu"]["planned_peak_bytes"], jobs
-    for dev, j in jobs.items():
+    for name, kw in (("auto", {}), ("cpu", {"device": "cpu"}), ("kept", {"device": "cpu", "recompute": True})):
+        jobs[name] = d.submit(syn("resnet20", batch=8, steps=3, name="rc-" + name, **dict({"device": "auto"}, **kw)))
+    assert jobs["auto"]["planned_peak_bytes"] == jobs["cpu"]["planned_peak_bytes"], jobs
+    assert jobs["kept"]["planned_peak_bytes"] < jobs["cpu"]["planned_peak_bytes"], jobs
+    want = {"auto": False, "cpu": False, "kept": True}
+    for name, j in jobs.items():
         d.wait_state(j["id"], "succeeded", timeout=120)
         got = d.job(j["id"])
-        assert got["summary"]["predicted_peak_bytes"] == j["planned_peak_bytes"], (dev, got["summary"], j)
-        assert got["spec"]["recompute"] == "auto", got["spec"]
+        assert got["spec"]["recompute"] is want[name], (name, got["spec"])
+        assert got["summary"]["predicted_peak_bytes"] == j["planned_peak_bytes"], (name, got["summary"], j)
+    # trainq plan and trainq run settle it the same way on this host (no GPU): off for "auto"
+    plans = [plan_bytes(tmp_path, syn("resnet20", batch=8, steps=3, **kw))
+             for kw in ({"device": "auto"}, {"device": "cpu"}, {"device": "cpu", "recompute": True})]
+    assert plans[0] == plans[1] > plans[2], plans
