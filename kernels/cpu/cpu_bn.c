@@ -11,13 +11,15 @@
 
 #include "cpu/cpu_internal.h"
 
+#define BN_BF16_ROW(dst, src, n) ((void)(dst), (void)(src), (void)(n))   /* NAT is 0 here */
+#include "cpu/cpu_bn_rows.h"
+
 #define RED_CB 16        /* channels per reduction task */
 #define RED_SEG_ROWS 4096
 #define RED_MAXSEG 16
 #define RED_PART 2048    /* partial sums kept on the stack: nseg·cw <= RED_PART */
 #define ROW_BLK 256      /* rows per dtype dispatch in the element passes */
 #define RED_RB 64        /* rows per f32 partial sum in the reductions */
-#define FOLD_MIN 64      /* a folded row has at least this many elements (see fold_rep) */
 
 /* A window that spans whole rows (cw == ld, so c0 == 0) is one contiguous run, and `rep` rows of
  * it are one row of cw·rep elements with the per-channel parameters repeated rep times. The
@@ -177,30 +179,6 @@ void tq_cpu_chan_sums(tq_backend *be, tq_red_mode mode, size_t m, size_t ld, siz
     }
 }
 
-/* y = (x − mu)·is·g + b over rows [r0,r1) of the channel window [c0, c0+cw); with relu,
- * ReLU'd as relu_fwd does, with res, res added to the stored value first (as add_fwd does). */
-TQ_ALWAYS_INLINE void norm_rows(tq_dtype dt, size_t r0, size_t r1, size_t ld, size_t c0, int cw,
-                                void *y, const void *x, const void *res, const float *mu,
-                                const float *is, const float *g, const float *b, int relu) {
-    for (size_t r = r0; r < r1; r++) {
-        size_t base = r * ld + c0;
-        if (res)
-            TQ_SIMD(dt, for (int j = 0; j < cw; j++) {
-                float v = tq_round_to(dt, tq_bn_norm(tq_ld(x, dt, base + j), mu[j], is[j], g[j], b[j]));
-                v += tq_ld(res, dt, base + j);
-                tq_st(y, dt, base + j, relu && v <= 0.0f ? 0.0f : v);
-            });
-        else if (relu)
-            TQ_SIMD(dt, for (int j = 0; j < cw; j++) {
-                float v = tq_bn_norm(tq_ld(x, dt, base + j), mu[j], is[j], g[j], b[j]);
-                tq_st(y, dt, base + j, v <= 0.0f ? 0.0f : v);
-            });
-        else
-            TQ_SIMD(dt, for (int j = 0; j < cw; j++)
-                tq_st(y, dt, base + j, tq_bn_norm(tq_ld(x, dt, base + j), mu[j], is[j], g[j], b[j])););
-    }
-}
-
 /* the normalisation pass is the hottest element-wise loop of a ResNet step (its recomputation
  * included): built for AVX-512 and AVX2 too, the one that runs picked when the program loads.
  * The same C arithmetic (ISO C: no FMA contraction), so the same bits on every machine. */
@@ -209,9 +187,9 @@ static void norm_block(tq_dtype dt, size_t r0, size_t r1, size_t ld, size_t c0, 
                        const void *x, const void *res, const float *mu, const float *is,
                        const float *g, const float *b, int relu) {
     if (cw == FOLD_MIN)   /* a folded row, or 64 channels: a trip count the compiler knows */
-        TQ_DT_CALL(dt, norm_rows, r0, r1, ld, c0, FOLD_MIN, y, x, res, mu, is, g, b, relu);
+        TQ_DT_CALL(dt, norm_rows, 0, r0, r1, ld, c0, FOLD_MIN, y, x, res, mu, is, g, b, relu);
     else
-        TQ_DT_CALL(dt, norm_rows, r0, r1, ld, c0, cw, y, x, res, mu, is, g, b, relu);
+        TQ_DT_CALL(dt, norm_rows, 0, r0, r1, ld, c0, cw, y, x, res, mu, is, g, b, relu);
 }
 
 static void norm_pass(tq_backend *be, tq_dtype dt, size_t m, size_t ld, size_t c0, int cw,
@@ -226,13 +204,17 @@ static void norm_pass(tq_backend *be, tq_dtype dt, size_t m, size_t ld, size_t c
     size_t nrb = (fm + blk - 1) / blk;
     int nt = tq_cpu_nt(be);
     int par = (double)m * cw > TQ_PAR_MIN;
+    int nat = dt == TQ_BF16 && tq_cpu_bf16_native();
 #pragma omp parallel for num_threads(nt) schedule(static) if (par)
     for (size_t rb = 0; rb < nrb; rb++) {
         size_t r0 = rb * blk, r1 = r0 + blk < fm ? r0 + blk : fm;
-        norm_block(dt, r0, r1, fld, c0, fcw, y, x, res, pmu, pis, pg, pb, relu);
+        if (nat) tq_cpu_norm_block_bf16n(r0, r1, fld, c0, fcw, y, x, res, pmu, pis, pg, pb, relu);
+        else norm_block(dt, r0, r1, fld, c0, fcw, y, x, res, pmu, pis, pg, pb, relu);
     }
-    if (fm * rep < m)   /* the rows left over, unfolded */
-        norm_block(dt, fm * rep, m, ld, c0, cw, y, x, res, mu, is, g, b, relu);
+    if (fm * rep < m) {   /* the rows left over, unfolded */
+        if (nat) tq_cpu_norm_block_bf16n(fm * rep, m, ld, c0, cw, y, x, res, mu, is, g, b, relu);
+        else norm_block(dt, fm * rep, m, ld, c0, cw, y, x, res, mu, is, g, b, relu);
+    }
 }
 
 static void load_affine(const float *gamma, const float *beta, size_t c0, int cw, float *g,
@@ -319,31 +301,6 @@ int tq_cpu_bn_norm(tq_backend *be, tq_shape s, tq_dtype dt, void *y, const void 
     return norm_with(be, "bn_norm", s, dt, y, x, res, gamma, beta, mean, invstd, -1.0f, relu);
 }
 
-/* dx over rows [r0,r1) of a channel window, given this batch's per-channel sums:
- * dx = bn_dx(g) (+ beta_dx·dx when acc), g = dy, or with mask, relu_bwd(dy) behind a ReLU whose
- * output is ry; with res 1 the add's other gradient dres = g, with res 2 g + beta_res·dres.
- * acc, mask and res are literals (one loop each, every load unconditional: a conditional load
- * keeps GCC from vectorising). */
-TQ_ALWAYS_INLINE void bn_dx_rows(tq_dtype dt, int acc, int mask, int res, size_t r0, size_t r1,
-                                 size_t ld, size_t c0, int cw, void *dx, float beta_dx,
-                                 const void *dy, const void *x, const void *ry, void *dres,
-                                 float beta_res, const float *mu, const float *is, const float *g,
-                                 const float *sdb, const float *sdg, float inv_m) {
-    for (size_t r = r0; r < r1; r++) {
-        size_t base = r * ld + c0;
-        TQ_SIMD(dt, for (int j = 0; j < cw; j++) {
-            float gv = tq_ld(dy, dt, base + j);
-            if (mask) gv = tq_ld(ry, dt, base + j) <= 0.0f ? 0.0f : gv;
-            float xh = (tq_ld(x, dt, base + j) - mu[j]) * is[j];
-            float v = tq_bn_dx(gv, xh, g[j], is[j], sdb[j], sdg[j], inv_m);
-            if (acc) v = v + beta_dx * tq_ld(dx, dt, base + j);
-            tq_st(dx, dt, base + j, v);
-            if (res == 1) tq_st(dres, dt, base + j, gv);
-            if (res == 2) tq_st(dres, dt, base + j, gv + beta_res * tq_ld(dres, dt, base + j));
-        });
-    }
-}
-
 /* the dx pass over rows [r0, r1), behind a ReLU when ry is given (dres only then); built for
  * AVX-512 and AVX2 too, like the norm pass */
 __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
@@ -352,22 +309,9 @@ static void bn_dx_block(tq_dtype dt, size_t r0, size_t r1, size_t ld, size_t c0,
                         float beta_res, const float *mu, const float *is, const float *g,
                         const float *sdb, const float *sdg, float inv_m) {
 #define BN_DX_W(ACC, MASK, RES, W)                                                           \
-    TQ_DT_CALL(dt, bn_dx_rows, ACC, MASK, RES, r0, r1, ld, c0, W, dx, beta_dx, dy, x, ry, dres, \
+    TQ_DT_CALL(dt, bn_dx_rows, 0, ACC, MASK, RES, r0, r1, ld, c0, W, dx, beta_dx, dy, x, ry, dres, \
                beta_res, mu, is, g, sdb, sdg, inv_m)
-#define BN_DX(ACC, MASK, RES)                                                                 \
-    do {                                                                                      \
-        if (cw == FOLD_MIN) BN_DX_W(ACC, MASK, RES, FOLD_MIN);   /* as in norm_block */        \
-        else BN_DX_W(ACC, MASK, RES, cw);                                                     \
-    } while (0)
-    int acc = beta_dx != 0.0f, res = !dres ? 0 : beta_res != 0.0f ? 2 : 1;
-    if (!ry) {
-        if (acc) BN_DX(1, 0, 0); else BN_DX(0, 0, 0);
-    } else if (acc) {
-        if (res == 0) BN_DX(1, 1, 0); else if (res == 1) BN_DX(1, 1, 1); else BN_DX(1, 1, 2);
-    } else {
-        if (res == 0) BN_DX(0, 1, 0); else if (res == 1) BN_DX(0, 1, 1); else BN_DX(0, 1, 2);
-    }
-#undef BN_DX
+    BN_DX_DISPATCH(BN_DX_W);
 #undef BN_DX_W
 }
 
@@ -410,15 +354,24 @@ int tq_cpu_bn_bwd(tq_backend *be, tq_shape s, tq_dtype dt, void *dx, float beta_
             int fcw = cw * rep;
             size_t nrb = (fm + blk - 1) / blk;
             int par = (double)m * cw > TQ_PAR_MIN;
+            int nat = dt == TQ_BF16 && tq_cpu_bf16_native();
+            void (*blk_fn)(size_t, size_t, size_t, size_t, int, void *, float, const void *, const void *,
+                           const void *, void *, float, const float *, const float *, const float *,
+                           const float *, const float *, float) = nat ? tq_cpu_bn_dx_block_bf16n : NULL;
 #pragma omp parallel for num_threads(nt) schedule(static) if (par)
             for (size_t rb = 0; rb < nrb; rb++) {
                 size_t r0 = rb * blk, r1 = r0 + blk < fm ? r0 + blk : fm;
-                bn_dx_block(dt, r0, r1, fld, c0, fcw, dx, beta_dx, dy, x, relu_y, dres, beta_dres,
-                            pmu, pis, pg, psb, psg, inv_m);
+                if (blk_fn) blk_fn(r0, r1, fld, c0, fcw, dx, beta_dx, dy, x, relu_y, dres, beta_dres,
+                                   pmu, pis, pg, psb, psg, inv_m);
+                else bn_dx_block(dt, r0, r1, fld, c0, fcw, dx, beta_dx, dy, x, relu_y, dres, beta_dres,
+                                 pmu, pis, pg, psb, psg, inv_m);
             }
-            if (fm * rep < m)   /* the rows left over, unfolded */
-                bn_dx_block(dt, fm * rep, m, C, c0, cw, dx, beta_dx, dy, x, relu_y, dres, beta_dres,
-                            mu, is, g, sdb, sdg, inv_m);
+            if (fm * rep < m) {   /* the rows left over, unfolded */
+                if (blk_fn) blk_fn(fm * rep, m, C, c0, cw, dx, beta_dx, dy, x, relu_y, dres, beta_dres,
+                                   mu, is, g, sdb, sdg, inv_m);
+                else bn_dx_block(dt, fm * rep, m, C, c0, cw, dx, beta_dx, dy, x, relu_y, dres, beta_dres,
+                                 mu, is, g, sdb, sdg, inv_m);
+            }
         }
         for (int j = 0; j < cw; j++) {
             if (dgamma) dgamma[c0 + j] += sdg[j];

@@ -54,6 +54,19 @@ static inline int tq_cpu_dt_ok(tq_dtype dt) { return dt == TQ_F32 || dt == TQ_F1
  * off is indexed 0..cw-1; mk is read by TQ_RED_DOTM only. The summation order depends only on (m, cw), never on the thread
  * count, so results are reproducible. */
 typedef enum { TQ_RED_SUM, TQ_RED_SHSQ, TQ_RED_DOT, TQ_RED_DOTM } tq_red_mode;
+
+/* batch-norm's bf16 norm and dx passes with AVX512_BF16's conversion (cpu_bn_bf16.c): the same
+ * bits as cpu_bn.c's; tq_cpu_bf16_native: 1 where the CPU has it and TQ_CPU_BF16_NATIVE is not 0 */
+int tq_cpu_bf16_native(void);
+int tq_cpu_bf16_cpu(void);                /* the CPU has AVX512_BF16 (and BW, VL, DQ) */
+void tq_cpu_bf16_native_set(int on);      /* tests: 1 on (where the CPU has it), 0 off, -1 as the environment says */
+void tq_cpu_norm_block_bf16n(size_t r0, size_t r1, size_t ld, size_t c0, int cw, void *y,
+                             const void *x, const void *res, const float *mu, const float *is,
+                             const float *g, const float *b, int relu);
+void tq_cpu_bn_dx_block_bf16n(size_t r0, size_t r1, size_t ld, size_t c0, int cw, void *dx,
+                              float beta_dx, const void *dy, const void *x, const void *ry,
+                              void *dres, float beta_res, const float *mu, const float *is,
+                              const float *g, const float *sdb, const float *sdg, float inv_m);
 void tq_cpu_chan_sums(tq_backend *be, tq_red_mode mode, size_t m, size_t ld, size_t c0, int cw,
                       tq_dtype dt, const void *a, const void *b, const void *mk, const float *off,
                       double *s0, double *s1);

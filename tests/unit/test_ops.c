@@ -1003,6 +1003,73 @@ static void test_bn_bwd_fused_is_the_chain(void **state) {
     CHECK_EINVAL(be->i->bn_bwd(be, s, TQ_F32, dx, 0.0f, &dg, &db, dy, x, &g, &sm, &sd, NULL, dr, 0.0f));
 }
 
+/* batch-norm's bf16 passes with AVX512_BF16's conversion (cpu_bn_bf16.c) give the emulated
+ * passes' bits: norm (plain, ReLU, residual + ReLU), fwd_train, fwd_infer and bn_bwd (ReLU mask,
+ * dres, beta 0/1), channel counts that take the 32-value blocks, the masked tail and the folded
+ * rows, with NaN, ±inf, values that round to inf and channels whose outputs are denormal (which
+ * the instruction alone would flush to zero). Skipped where the CPU lacks AVX512_BF16. */
+static void test_bn_bf16_native(void **state) {
+    (void)state;
+    if (!tq_cpu_bf16_cpu()) { print_message("skipped: this CPU has no AVX512_BF16\n"); return; }
+    const tq_shape shapes[] = { { 2, 3, 5, 70 }, { 8, 16, 16, 16 }, { 4, 7, 9, 33 }, { 2, 4, 4, 64 } };
+    const tq_dtype dt = TQ_BF16;
+    int denormals = 0;
+    for (size_t si = 0; si < sizeof shapes / sizeof *shapes; si++) {
+        tq_shape s = shapes[si];
+        size_t n = tq_shape_numel(s), C = (size_t)s.c;
+        float *xf = frand(n, 3), *g = frand(C, 1), *b = frand(C, 0.5), *mu = frand(C, 0.2);
+        float *is = frand(C, 1), *rv = frand(C, 1);
+        for (size_t c = 0; c < C; c++) { is[c] = 0.5f + fabsf(is[c]); rv[c] = 0.1f + fabsf(rv[c]); }
+        g[0] = 1e-39f; b[0] = 0.0f;                     /* channel 0: denormal outputs */
+        if (C > 3) { g[3] = -2e-39f; b[3] = 1e-40f; }   /* and some negative ones */
+        g[1] = 3e38f;                                    /* channel 1: some round up to inf */
+        xf[7] = NAN; xf[C + 2] = INFINITY; xf[2 * C + 5] = -INFINITY;
+        void *x = to_dt(dt, xf, n), *res = to_dt(dt, frand(n, 2), n), *dy = to_dt(dt, frand(n, 1), n);
+        for (int v = 0; v < 16; v++) {   /* v < 3: norm variants; 3: infer; 4: fwd_train; 5..12: bwd */
+            if (v > 12) break;
+            void *out[2], *out2[2];
+            float *dg[2], *db[2];
+            for (int nat = 0; nat < 2; nat++) {
+                tq_cpu_bf16_native_set(nat);
+                out[nat] = poisoned(dt, n); out2[nat] = poisoned(dt, n);
+                dg[nat] = tmem(C * 4); db[nat] = tmem(C * 4);
+                memset(dg[nat], 0, C * 4); memset(db[nat], 0, C * 4);
+                if (v < 3)
+                    CHECK_OK(be->i->bn_norm(be, s, dt, out[nat], x, v == 2 ? res : NULL, g, b, mu, is, v > 0));
+                else if (v == 3)
+                    CHECK_OK(be->i->bn_fwd_infer(be, s, dt, out[nat], x, g, b, mu, rv, 1e-5f, res, 1));
+                else if (v == 4) {
+                    float *sm = tmem(C * 4), *sd = tmem(C * 4);
+                    CHECK_OK(be->i->bn_fwd_train(be, s, dt, out[nat], x, g, b, sm, sd, NULL, NULL, 0.1f, 1e-5f, res, 1));
+                } else {   /* bits of v - 5: beta_dx, with dres, beta_dres */
+                    int w = v - 5, with_res = (w >> 1) & 1;
+                    float bdx = (float)(w & 1), bres = (float)((w >> 2) & 1);
+                    void *ry = tmem(n * 2);
+                    CHECK_OK(be->i->bn_norm(be, s, dt, ry, x, NULL, g, b, mu, is, 1));
+                    if (bdx != 0.0f) memcpy(out[nat], res, n * 2);
+                    if (bres != 0.0f) memcpy(out2[nat], dy, n * 2);
+                    CHECK_OK(be->i->bn_bwd(be, s, dt, out[nat], bdx, dg[nat], db[nat], dy, x, g, mu, is, ry,
+                                           with_res ? out2[nat] : NULL, bres));
+                }
+            }
+            tq_cpu_bf16_native_set(-1);
+            if (memcmp(out[0], out[1], n * 2) || memcmp(out2[0], out2[1], n * 2) ||
+                memcmp(dg[0], dg[1], C * 4) || memcmp(db[0], db[1], C * 4)) {
+                for (size_t i = 0; i < n; i++)
+                    if (((uint16_t *)out[0])[i] != ((uint16_t *)out[1])[i])
+                        fail_msg("shape %zu variant %d: element %zu is 0x%04x emulated, 0x%04x native", si, v, i,
+                                 ((uint16_t *)out[0])[i], ((uint16_t *)out[1])[i]);
+                fail_msg("shape %zu variant %d: dres or the parameter gradients differ", si, v);
+            }
+            for (size_t i = 0; i < n; i++) {
+                uint16_t h = ((uint16_t *)out[0])[i];
+                denormals += (h & 0x7f80) == 0 && (h & 0x7f) != 0;
+            }
+        }
+    }
+    assert_true(denormals > 0);   /* the fix-up was exercised */
+}
+
 /* results do not depend on the thread count */
 static void test_bn_deterministic(void **state) {
     (void)state;
@@ -1687,7 +1754,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         T(test_vtable_complete), T(test_alloc_accounting), T(test_conv), T(test_conv_chunked), T(test_conv_winograd), T(test_conv_winograd_512), T(test_conv_thin), T(test_conv_bf16_via_f32),
         T(test_linear), T(test_iface_complete), T(test_conv_bad_desc), T(test_bn), T(test_bn_large),
-        T(test_bn_bwd_fused_is_the_chain), T(test_bn_deterministic), T(test_bn_bad), T(test_relu), T(test_add_accumulate),
+        T(test_bn_bwd_fused_is_the_chain), T(test_bn_bf16_native), T(test_bn_deterministic), T(test_bn_bad), T(test_relu), T(test_add_accumulate),
         T(test_maxpool), T(test_maxpool_relu_is_the_pair), T(test_avgpool), T(test_softmax_ce), T(test_cast), T(test_conversions_reference),
         T(test_unscale_check), T(test_sgd), T(test_adamw), T(test_load_batch),
     };
