@@ -112,7 +112,7 @@ static int load_spec(const char *path, tq_spec *sp) {
      * submission from the devices it serves */
     if (sp->recompute == TQ_RECOMPUTE_AUTO && !strcmp(sp->device, "auto")) {
         char why[128];
-        sp->recompute = tq_cuda_built() && tq_cuda_devices(NULL, 0, why, sizeof why) > 0;
+        sp->recompute = tq_cuda_devices(NULL, 0, why, sizeof why) > 0;   /* -1 in a build without CUDA */
     }
     return 0;
 }

@@ -263,7 +263,7 @@ int tq_cmd_worker(int argc, char **argv) {
     /* the scheduler's placement: the device it chose (the job's "device" allowed it) and, on
      * the CPU, the cores it shares with the CPU jobs running beside it */
     if (!device) device = job.device[0] ? job.device : "cpu";
-    /* recompute "auto" (settled at submission since; a job stored before that still has it)
+    /* recompute "auto" (the daemon settles it at submission; a spec that comes here unsettled)
      * follows the device the job asked for, which its plan was made with, not the one given */
     if (sp.recompute == TQ_RECOMPUTE_AUTO) sp.recompute = tq_spec_recompute(&sp);
     snprintf(sp.device, sizeof sp.device, "%.15s", device);

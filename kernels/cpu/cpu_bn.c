@@ -179,13 +179,21 @@ void tq_cpu_chan_sums(tq_backend *be, tq_red_mode mode, size_t m, size_t ld, siz
     }
 }
 
+/* the bf16 norm and dx passes take cpu_bn_bf16.c's blocks (the same bits) where the CPU has
+ * AVX512_BF16; asked once a pass, outside its parallel loop */
+static int bf16_nat(tq_dtype dt) { return dt == TQ_BF16 && tq_cpu_bf16_native(); }
+
 /* the normalisation pass is the hottest element-wise loop of a ResNet step (its recomputation
  * included): built for AVX-512 and AVX2 too, the one that runs picked when the program loads.
  * The same C arithmetic (ISO C: no FMA contraction), so the same bits on every machine. */
 __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-static void norm_block(tq_dtype dt, size_t r0, size_t r1, size_t ld, size_t c0, int cw, void *y,
-                       const void *x, const void *res, const float *mu, const float *is,
+static void norm_block(tq_dtype dt, int nat, size_t r0, size_t r1, size_t ld, size_t c0, int cw,
+                       void *y, const void *x, const void *res, const float *mu, const float *is,
                        const float *g, const float *b, int relu) {
+    if (nat) {   /* bf16 with AVX512_BF16's conversion (cpu_bn_bf16.c) */
+        tq_cpu_norm_block_bf16n(r0, r1, ld, c0, cw, y, x, res, mu, is, g, b, relu);
+        return;
+    }
     if (cw == FOLD_MIN)   /* a folded row, or 64 channels: a trip count the compiler knows */
         TQ_DT_CALL(dt, norm_rows, 0, r0, r1, ld, c0, FOLD_MIN, y, x, res, mu, is, g, b, relu);
     else
@@ -204,17 +212,14 @@ static void norm_pass(tq_backend *be, tq_dtype dt, size_t m, size_t ld, size_t c
     size_t nrb = (fm + blk - 1) / blk;
     int nt = tq_cpu_nt(be);
     int par = (double)m * cw > TQ_PAR_MIN;
-    int nat = dt == TQ_BF16 && tq_cpu_bf16_native();
+    int nat = bf16_nat(dt);
 #pragma omp parallel for num_threads(nt) schedule(static) if (par)
     for (size_t rb = 0; rb < nrb; rb++) {
         size_t r0 = rb * blk, r1 = r0 + blk < fm ? r0 + blk : fm;
-        if (nat) tq_cpu_norm_block_bf16n(r0, r1, fld, c0, fcw, y, x, res, pmu, pis, pg, pb, relu);
-        else norm_block(dt, r0, r1, fld, c0, fcw, y, x, res, pmu, pis, pg, pb, relu);
+        norm_block(dt, nat, r0, r1, fld, c0, fcw, y, x, res, pmu, pis, pg, pb, relu);
     }
-    if (fm * rep < m) {   /* the rows left over, unfolded */
-        if (nat) tq_cpu_norm_block_bf16n(fm * rep, m, ld, c0, cw, y, x, res, mu, is, g, b, relu);
-        else norm_block(dt, fm * rep, m, ld, c0, cw, y, x, res, mu, is, g, b, relu);
-    }
+    if (fm * rep < m)   /* the rows left over, unfolded */
+        norm_block(dt, nat, fm * rep, m, ld, c0, cw, y, x, res, mu, is, g, b, relu);
 }
 
 static void load_affine(const float *gamma, const float *beta, size_t c0, int cw, float *g,
@@ -304,10 +309,15 @@ int tq_cpu_bn_norm(tq_backend *be, tq_shape s, tq_dtype dt, void *y, const void 
 /* the dx pass over rows [r0, r1), behind a ReLU when ry is given (dres only then); built for
  * AVX-512 and AVX2 too, like the norm pass */
 __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-static void bn_dx_block(tq_dtype dt, size_t r0, size_t r1, size_t ld, size_t c0, int cw, void *dx,
-                        float beta_dx, const void *dy, const void *x, const void *ry, void *dres,
-                        float beta_res, const float *mu, const float *is, const float *g,
+static void bn_dx_block(tq_dtype dt, int nat, size_t r0, size_t r1, size_t ld, size_t c0, int cw,
+                        void *dx, float beta_dx, const void *dy, const void *x, const void *ry,
+                        void *dres, float beta_res, const float *mu, const float *is, const float *g,
                         const float *sdb, const float *sdg, float inv_m) {
+    if (nat) {   /* as in norm_block */
+        tq_cpu_bn_dx_block_bf16n(r0, r1, ld, c0, cw, dx, beta_dx, dy, x, ry, dres, beta_res, mu, is, g,
+                                 sdb, sdg, inv_m);
+        return;
+    }
 #define BN_DX_W(ACC, MASK, RES, W)                                                           \
     TQ_DT_CALL(dt, bn_dx_rows, 0, ACC, MASK, RES, r0, r1, ld, c0, W, dx, beta_dx, dy, x, ry, dres, \
                beta_res, mu, is, g, sdb, sdg, inv_m)
@@ -354,24 +364,16 @@ int tq_cpu_bn_bwd(tq_backend *be, tq_shape s, tq_dtype dt, void *dx, float beta_
             int fcw = cw * rep;
             size_t nrb = (fm + blk - 1) / blk;
             int par = (double)m * cw > TQ_PAR_MIN;
-            int nat = dt == TQ_BF16 && tq_cpu_bf16_native();
-            void (*blk_fn)(size_t, size_t, size_t, size_t, int, void *, float, const void *, const void *,
-                           const void *, void *, float, const float *, const float *, const float *,
-                           const float *, const float *, float) = nat ? tq_cpu_bn_dx_block_bf16n : NULL;
+            int nat = bf16_nat(dt);
 #pragma omp parallel for num_threads(nt) schedule(static) if (par)
             for (size_t rb = 0; rb < nrb; rb++) {
                 size_t r0 = rb * blk, r1 = r0 + blk < fm ? r0 + blk : fm;
-                if (blk_fn) blk_fn(r0, r1, fld, c0, fcw, dx, beta_dx, dy, x, relu_y, dres, beta_dres,
-                                   pmu, pis, pg, psb, psg, inv_m);
-                else bn_dx_block(dt, r0, r1, fld, c0, fcw, dx, beta_dx, dy, x, relu_y, dres, beta_dres,
-                                 pmu, pis, pg, psb, psg, inv_m);
+                bn_dx_block(dt, nat, r0, r1, fld, c0, fcw, dx, beta_dx, dy, x, relu_y, dres, beta_dres,
+                            pmu, pis, pg, psb, psg, inv_m);
             }
-            if (fm * rep < m) {   /* the rows left over, unfolded */
-                if (blk_fn) blk_fn(fm * rep, m, C, c0, cw, dx, beta_dx, dy, x, relu_y, dres, beta_dres,
-                                   mu, is, g, sdb, sdg, inv_m);
-                else bn_dx_block(dt, fm * rep, m, C, c0, cw, dx, beta_dx, dy, x, relu_y, dres, beta_dres,
-                                 mu, is, g, sdb, sdg, inv_m);
-            }
+            if (fm * rep < m)   /* the rows left over, unfolded */
+                bn_dx_block(dt, nat, fm * rep, m, C, c0, cw, dx, beta_dx, dy, x, relu_y, dres, beta_dres,
+                            mu, is, g, sdb, sdg, inv_m);
         }
         for (int j = 0; j < cw; j++) {
             if (dgamma) dgamma[c0 + j] += sdg[j];
