@@ -14,12 +14,10 @@
 #define BN_BF16_ROW(dst, src, n) ((void)(dst), (void)(src), (void)(n))   /* NAT is 0 here */
 #include "cpu/cpu_bn_rows.h"
 
-#define RED_CB 16        /* channels per reduction task */
 #define RED_SEG_ROWS 4096
 #define RED_MAXSEG 16
 #define RED_PART 2048    /* partial sums kept on the stack: nseg·cw <= RED_PART */
 #define ROW_BLK 256      /* rows per dtype dispatch in the element passes */
-#define RED_RB 64        /* rows per f32 partial sum in the reductions */
 
 /* A window that spans whole rows (cw == ld, so c0 == 0) is one contiguous run, and `rep` rows of
  * it are one row of cw·rep elements with the per-channel parameters repeated rep times. The
@@ -39,42 +37,10 @@ static const float *fold_param(float *dst, const float *src, int cw, int rep) {
     return dst;
 }
 
-/* Sums over rows [r0, r1) of jw channels, jw <= RED_CB: f32 partial sums over RED_RB-row blocks
- * (vectorised over the channels), added into double per block. */
-TQ_ALWAYS_INLINE void red_block(tq_dtype dt, tq_red_mode mode, size_t r0, size_t r1, size_t ld,
-                                size_t col, int jw, const void *a, const void *b, const void *mk,
-                                const float *of, float *f0, float *f1) {
-    for (size_t r = r0; r < r1; r++) {
-        size_t base = r * ld + col;
-        if (mode == TQ_RED_SUM) {
-            TQ_SIMD(dt, for (int j = 0; j < jw; j++) f0[j] += tq_ld(a, dt, base + j););
-        } else if (mode == TQ_RED_SHSQ) {
-            TQ_SIMD(dt, for (int j = 0; j < jw; j++) {
-                float d = tq_ld(a, dt, base + j) - of[j];
-                f0[j] += d;
-                f1[j] += d * d;
-            });
-        } else if (mode == TQ_RED_DOT) {
-            TQ_SIMD(dt, for (int j = 0; j < jw; j++) {
-                float va = tq_ld(a, dt, base + j);
-                f0[j] += va;
-                f1[j] += va * (tq_ld(b, dt, base + j) - of[j]);
-            });
-        } else {
-            TQ_SIMD(dt, for (int j = 0; j < jw; j++) {
-                float va = tq_ld(a, dt, base + j), mv = tq_ld(mk, dt, base + j);   /* both loads */
-                va = mv <= 0.0f ? 0.0f : va;                                     /* unconditional */
-                f0[j] += va;
-                f1[j] += va * (tq_ld(b, dt, base + j) - of[j]);
-            });
-        }
-    }
-}
-
 /* jw <= FOLD_MIN lanes (RED_CB channels, or a folded row's cw·rep) */
-TQ_ALWAYS_INLINE void red_task(tq_dtype dt, tq_red_mode mode, size_t r0, size_t r1, size_t ld,
-                               size_t col, int jw, const void *a, const void *b, const void *mk,
-                               const float *off, double *o0, double *o1) {
+TQ_ALWAYS_INLINE void red_task(tq_dtype dt, tq_red_mode mode, int nat, size_t r0, size_t r1,
+                               size_t ld, size_t col, int jw, const void *a, const void *b,
+                               const void *mk, const float *off, double *o0, double *o1) {
     double acc0[FOLD_MIN], acc1[FOLD_MIN];
     float of[FOLD_MIN];
     for (int j = 0; j < FOLD_MIN; j++) {
@@ -94,7 +60,8 @@ TQ_ALWAYS_INLINE void red_task(tq_dtype dt, tq_red_mode mode, size_t r0, size_t 
         size_t re = r1 - rb < RED_RB ? r1 : rb + RED_RB;
         float f0[FOLD_MIN], f1[FOLD_MIN];
         for (int j = 0; j < FOLD_MIN; j++) { f0[j] = 0; f1[j] = 0; }
-        if (jw == RED_CB) red_block(dt, mode, rb, re, ld, col, RED_CB, a, b, mk, of, f0, f1);
+        if (dt == TQ_F16 && nat) tq_cpu_red_block_f16n(mode, rb, re, ld, col, jw, a, b, mk, of, f0, f1);
+        else if (jw == RED_CB) red_block(dt, mode, rb, re, ld, col, RED_CB, a, b, mk, of, f0, f1);
         else if (jw == FOLD_MIN) red_block(dt, mode, rb, re, ld, col, FOLD_MIN, a, b, mk, of, f0, f1);
         else red_block(dt, mode, rb, re, ld, col, jw, a, b, mk, of, f0, f1);
         for (int j = 0; j < FOLD_MIN; j++) { acc0[j] += f0[j]; acc1[j] += f1[j]; }
@@ -103,6 +70,16 @@ TQ_ALWAYS_INLINE void red_task(tq_dtype dt, tq_red_mode mode, size_t r0, size_t 
         o0[j] = acc0[j];
         if (mode != TQ_RED_SUM) o1[j] = acc1[j];
     }
+}
+
+/* The 16-bit passes with the CPU's own conversions, the same bits: 1, bf16's norm and dx passes
+ * take cpu_bn_bf16.c's blocks where the CPU has AVX512_BF16; 2, f16's norm and dx passes and
+ * reduction blocks take cpu_f16c.c's where it has F16C; 0, the emulated ones. Asked once a
+ * pass, outside its parallel loop. */
+static int nat_mode(tq_dtype dt) {
+    if (dt == TQ_BF16) return tq_cpu_bf16_native() ? 1 : 0;
+    if (dt == TQ_F16) return tq_cpu_f16_native() ? 2 : 0;
+    return 0;
 }
 
 #define RED_MODE_CALL(DT, mode, ...)                                                  \
@@ -117,12 +94,12 @@ TQ_ALWAYS_INLINE void red_task(tq_dtype dt, tq_red_mode mode, size_t r0, size_t 
  * vectors run across channels, each lane summing its channel's rows in order: the same bits
  * at any width) */
 __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-static void red_task_any(tq_dtype dt, tq_red_mode mode, size_t r0, size_t r1, size_t ld,
+static void red_task_any(tq_dtype dt, tq_red_mode mode, int nat, size_t r0, size_t r1, size_t ld,
                          size_t col, int jw, const void *a, const void *b, const void *mk,
                          const float *of, double *o0, double *o1) {
-    if (dt == TQ_F32) RED_MODE_CALL(TQ_F32, mode, r0, r1, ld, col, jw, a, b, mk, of, o0, o1);
-    else if (dt == TQ_F16) RED_MODE_CALL(TQ_F16, mode, r0, r1, ld, col, jw, a, b, mk, of, o0, o1);
-    else RED_MODE_CALL(TQ_BF16, mode, r0, r1, ld, col, jw, a, b, mk, of, o0, o1);
+    if (dt == TQ_F32) RED_MODE_CALL(TQ_F32, mode, 0, r0, r1, ld, col, jw, a, b, mk, of, o0, o1);
+    else if (dt == TQ_F16) RED_MODE_CALL(TQ_F16, mode, nat, r0, r1, ld, col, jw, a, b, mk, of, o0, o1);
+    else RED_MODE_CALL(TQ_BF16, mode, 0, r0, r1, ld, col, jw, a, b, mk, of, o0, o1);
 }
 
 void tq_cpu_chan_sums(tq_backend *be, tq_red_mode mode, size_t m, size_t ld, size_t c0, int cw,
@@ -146,6 +123,7 @@ void tq_cpu_chan_sums(tq_backend *be, tq_red_mode mode, size_t m, size_t ld, siz
     int ntask = (int)nseg * nblk;
     int nt = tq_cpu_nt(be);
     int par = (double)m * cw > TQ_PAR_MIN && ntask > 1;
+    int nat = nat_mode(dt) == 2;
 #pragma omp parallel for num_threads(nt) schedule(static) if (par)
     for (int t = 0; t < ntask; t++) {
         size_t seg = (size_t)(t / nblk);
@@ -155,7 +133,7 @@ void tq_cpu_chan_sums(tq_backend *be, tq_red_mode mode, size_t m, size_t ld, siz
         double *o0 = direct ? s0 + j0 : part0 + seg * lanes + j0;
         double *o1 = mode == TQ_RED_SUM ? NULL : direct ? s1 + j0 : part1 + seg * lanes + j0;
         const float *of = poff ? poff + j0 : NULL;
-        red_task_any(dt, mode, r0, r1, fld, c0 + (size_t)j0, jw, a, b, mk, of, o0, o1);
+        red_task_any(dt, mode, nat, r0, r1, fld, c0 + (size_t)j0, jw, a, b, mk, of, o0, o1);
     }
     if (!direct) {
         for (int j = 0; j < cw; j++) {
@@ -171,17 +149,13 @@ void tq_cpu_chan_sums(tq_backend *be, tq_red_mode mode, size_t m, size_t ld, siz
     }
     if (fm * rep < m) {   /* the rows left over, unfolded, added last */
         double t0[FOLD_MIN], t1[FOLD_MIN];
-        red_task_any(dt, mode, fm * rep, m, ld, c0, cw, a, b, mk, off, t0, t1);
+        red_task_any(dt, mode, nat, fm * rep, m, ld, c0, cw, a, b, mk, off, t0, t1);
         for (int j = 0; j < cw; j++) {
             s0[j] += t0[j];
             if (mode != TQ_RED_SUM) s1[j] += t1[j];
         }
     }
 }
-
-/* the bf16 norm and dx passes take cpu_bn_bf16.c's blocks (the same bits) where the CPU has
- * AVX512_BF16; asked once a pass, outside its parallel loop */
-static int bf16_nat(tq_dtype dt) { return dt == TQ_BF16 && tq_cpu_bf16_native(); }
 
 /* the normalisation pass is the hottest element-wise loop of a ResNet step (its recomputation
  * included): built for AVX-512 and AVX2 too, the one that runs picked when the program loads.
@@ -190,8 +164,12 @@ __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 static void norm_block(tq_dtype dt, int nat, size_t r0, size_t r1, size_t ld, size_t c0, int cw,
                        void *y, const void *x, const void *res, const float *mu, const float *is,
                        const float *g, const float *b, int relu) {
-    if (nat) {   /* bf16 with AVX512_BF16's conversion (cpu_bn_bf16.c) */
+    if (nat == 1) {   /* bf16 with AVX512_BF16's conversion (cpu_bn_bf16.c) */
         tq_cpu_norm_block_bf16n(r0, r1, ld, c0, cw, y, x, res, mu, is, g, b, relu);
+        return;
+    }
+    if (nat == 2) {   /* f16 through F16C (cpu_f16c.c) */
+        tq_cpu_norm_block_f16n(r0, r1, ld, c0, cw, y, x, res, mu, is, g, b, relu);
         return;
     }
     if (cw == FOLD_MIN)   /* a folded row, or 64 channels: a trip count the compiler knows */
@@ -212,7 +190,7 @@ static void norm_pass(tq_backend *be, tq_dtype dt, size_t m, size_t ld, size_t c
     size_t nrb = (fm + blk - 1) / blk;
     int nt = tq_cpu_nt(be);
     int par = (double)m * cw > TQ_PAR_MIN;
-    int nat = bf16_nat(dt);
+    int nat = nat_mode(dt);
 #pragma omp parallel for num_threads(nt) schedule(static) if (par)
     for (size_t rb = 0; rb < nrb; rb++) {
         size_t r0 = rb * blk, r1 = r0 + blk < fm ? r0 + blk : fm;
@@ -313,9 +291,14 @@ static void bn_dx_block(tq_dtype dt, int nat, size_t r0, size_t r1, size_t ld, s
                         void *dx, float beta_dx, const void *dy, const void *x, const void *ry,
                         void *dres, float beta_res, const float *mu, const float *is, const float *g,
                         const float *sdb, const float *sdg, float inv_m) {
-    if (nat) {   /* as in norm_block */
+    if (nat == 1) {   /* as in norm_block */
         tq_cpu_bn_dx_block_bf16n(r0, r1, ld, c0, cw, dx, beta_dx, dy, x, ry, dres, beta_res, mu, is, g,
                                  sdb, sdg, inv_m);
+        return;
+    }
+    if (nat == 2) {
+        tq_cpu_bn_dx_block_f16n(r0, r1, ld, c0, cw, dx, beta_dx, dy, x, ry, dres, beta_res, mu, is, g,
+                                sdb, sdg, inv_m);
         return;
     }
 #define BN_DX_W(ACC, MASK, RES, W)                                                           \
@@ -364,7 +347,7 @@ int tq_cpu_bn_bwd(tq_backend *be, tq_shape s, tq_dtype dt, void *dx, float beta_
             int fcw = cw * rep;
             size_t nrb = (fm + blk - 1) / blk;
             int par = (double)m * cw > TQ_PAR_MIN;
-            int nat = bf16_nat(dt);
+            int nat = nat_mode(dt);
 #pragma omp parallel for num_threads(nt) schedule(static) if (par)
             for (size_t rb = 0; rb < nrb; rb++) {
                 size_t r0 = rb * blk, r1 = r0 + blk < fm ? r0 + blk : fm;

@@ -1,13 +1,17 @@
-/* cpu_bn_rows.h — batch-norm's element-wise row kernels, included by cpu_bn.c (every dtype,
- * built for AVX-512, AVX2 and the baseline) and by cpu_bn_bf16.c (bf16 on CPUs with
- * AVX512_BF16). NAT, a literal: 0 stores each output as tq_st does; 1 (bf16 only) writes the
- * row's outputs to an f32 buffer and converts it with BN_BF16_ROW(dst, src, n), which the
- * includer defines: cpu_bn_bf16.c's vcvtne2ps2bf16, bit for bit tq_f32_to_bf16 (its denormal
- * lanes go through tq_f32_to_bf16 itself). The emulated rounding had been the bound of the bf16
- * passes: with a free conversion a resnet20 bf16 step ran 10-12% faster (docs/engine.md).
+/* cpu_bn_rows.h — batch-norm's element-wise row kernels and the reductions' block, included by
+ * cpu_bn.c (every dtype, built for AVX-512, AVX2 and the baseline), by cpu_bn_bf16.c (bf16 on
+ * CPUs with AVX512_BF16) and by cpu_f16c.c (f16 on CPUs with F16C, which runs the f32
+ * instances on rows it converts). NAT, a literal: 0 stores each output as tq_st does; 1 (bf16
+ * only) writes the row's outputs to an f32 buffer and converts it with BN_BF16_ROW(dst, src,
+ * n), which the includer defines: cpu_bn_bf16.c's vcvtne2ps2bf16, bit for bit tq_f32_to_bf16
+ * (its denormal lanes go through tq_f32_to_bf16 itself). The emulated rounding had been the
+ * bound of the bf16 passes: with a free conversion a resnet20 bf16 step ran 10-12% faster
+ * (docs/engine.md).
  * Not a header of its own: no include guard. */
 
 #define FOLD_MIN 64      /* a folded row has at least this many elements (cpu_bn.c, fold_rep) */
+#define RED_CB 16        /* channels per reduction task */
+#define RED_RB 64        /* rows per f32 partial sum in the reductions */
 
 /* output j of the row at base: stored (NAT 0) or kept in the row buffer T (NAT 1) */
 #define BN_OUT(P, T, V)                                 \
@@ -92,3 +96,35 @@ TQ_ALWAYS_INLINE void bn_dx_rows(tq_dtype dt, int NAT, int acc, int mask, int re
         if (cw == FOLD_MIN) CALL_W(ACC, MASK, RES, FOLD_MIN);                                 \
         else CALL_W(ACC, MASK, RES, cw);                                                      \
     } while (0)
+
+/* Sums over rows [r0, r1) of jw channels, jw <= RED_CB: f32 partial sums over RED_RB-row blocks
+ * (vectorised over the channels), added into double per block. */
+TQ_ALWAYS_INLINE void red_block(tq_dtype dt, tq_red_mode mode, size_t r0, size_t r1, size_t ld,
+                                size_t col, int jw, const void *a, const void *b, const void *mk,
+                                const float *of, float *f0, float *f1) {
+    for (size_t r = r0; r < r1; r++) {
+        size_t base = r * ld + col;
+        if (mode == TQ_RED_SUM) {
+            TQ_SIMD(dt, for (int j = 0; j < jw; j++) f0[j] += tq_ld(a, dt, base + j););
+        } else if (mode == TQ_RED_SHSQ) {
+            TQ_SIMD(dt, for (int j = 0; j < jw; j++) {
+                float d = tq_ld(a, dt, base + j) - of[j];
+                f0[j] += d;
+                f1[j] += d * d;
+            });
+        } else if (mode == TQ_RED_DOT) {
+            TQ_SIMD(dt, for (int j = 0; j < jw; j++) {
+                float va = tq_ld(a, dt, base + j);
+                f0[j] += va;
+                f1[j] += va * (tq_ld(b, dt, base + j) - of[j]);
+            });
+        } else {
+            TQ_SIMD(dt, for (int j = 0; j < jw; j++) {
+                float va = tq_ld(a, dt, base + j), mv = tq_ld(mk, dt, base + j);   /* both loads */
+                va = mv <= 0.0f ? 0.0f : va;                                     /* unconditional */
+                f0[j] += va;
+                f1[j] += va * (tq_ld(b, dt, base + j) - of[j]);
+            });
+        }
+    }
+}

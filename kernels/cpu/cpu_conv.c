@@ -37,7 +37,6 @@
  * conv_ws returns the maximum over the three ops, computed by the same layout() the ops use;
  * it depends on be->threads.
  */
-#include <cpuid.h>
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
@@ -649,9 +648,7 @@ static int conv_bwd_filter_impl(tq_backend *be, const char *nm, const tq_conv_de
 /* the CPU's vector kernels (Winograd, thin), decided once per backend */
 static void vec_kernels_init(tq_backend *be, tq_cpu_ctx *cx) {
     const char *env = getenv("TQ_CPU_WINOGRAD");
-    unsigned a, b, c, dd;   /* F16C: CPUID 1, ECX bit 29 (clang's builtin does not know it) */
-    int f16c = __get_cpuid(1, &a, &b, &c, &dd) && (c >> 29 & 1u);
-    int ok = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && f16c;
+    int ok = tq_cpu_avx2_f16c();
     int below = tq_dnnl_below_avx512(be);
     int wide = ok && !below && __builtin_cpu_supports("avx512f");
     cx->wino_vec = wide ? 16 : 8;

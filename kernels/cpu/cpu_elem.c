@@ -106,10 +106,15 @@ TQ_ALWAYS_INLINE void k_from_f32(tq_dtype dt, size_t i0, size_t i1, void *dst, c
 /* one block of a cast between different dtypes: the weight copies of AMP every step and the
  * f16 convolutions' operands (cpu_dnnl.c), built for AVX-512 and AVX2 too (picked at load;
  * integer arithmetic: the same bits everywhere) */
+/* a cast between f16 and f32 goes through F16C (asked once a call, outside its loop) */
+static int f16n_cast(tq_dtype ddt, tq_dtype sdt) {
+    return ((ddt == TQ_F16 && sdt == TQ_F32) || (ddt == TQ_F32 && sdt == TQ_F16)) && tq_cpu_f16_native();
+}
 __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 static void cast_block(size_t i0, size_t i1, tq_dtype ddt, void *dst, tq_dtype sdt,
-                       const void *src) {
-    if (ddt == TQ_F32) TQ_DT_CALL(sdt, k_to_f32, i0, i1, dst, src);
+                       const void *src, int f16n) {
+    if (f16n) tq_cpu_cast_f16n(i0, i1, ddt, dst, src);   /* f16 ↔ f32 through F16C (cpu_f16c.c) */
+    else if (ddt == TQ_F32) TQ_DT_CALL(sdt, k_to_f32, i0, i1, dst, src);
     else if (sdt == TQ_F32) TQ_DT_CALL(ddt, k_from_f32, i0, i1, dst, src);
     else if (ddt == TQ_F16)
         TQ_SIMD(TQ_F16, for (size_t i = i0; i < i1; i++)
@@ -125,7 +130,8 @@ int tq_cpu_cast(tq_backend *be, size_t n, tq_dtype dst_dt, void *dst, tq_dtype s
         if (dst != src && n) memmove(dst, src, n * tq_dtype_size(dst_dt));
         return TQ_OK;
     }
-    BLOCK_LOOP(n, cast_block(i0, i1, dst_dt, dst, src_dt, src));
+    int f16n = f16n_cast(dst_dt, src_dt);
+    BLOCK_LOOP(n, cast_block(i0, i1, dst_dt, dst, src_dt, src, f16n));
     return TQ_OK;
 }
 
@@ -187,9 +193,10 @@ int tq_cpu_sgd_step(tq_backend *be, size_t n, float *w, const float *g, float *b
     if (wcopy_check(be, "sgd_step", wlow, wdt)) return TQ_EINVAL;
     if (skip && *skip != 0.0f) return TQ_OK;
     float *mb = momentum == 0.0f ? NULL : buf;
+    int f16n = f16n_cast(wdt, TQ_F32);
     BLOCK_LOOP(n, {
         sgd_block(i0, i1, w, g, mb, lr, momentum, wd, nesterov);
-        if (wlow) cast_block(i0, i1, wdt, wlow, TQ_F32, w);
+        if (wlow) cast_block(i0, i1, wdt, wlow, TQ_F32, w, f16n);
     });
     return TQ_OK;
 }
@@ -203,9 +210,10 @@ int tq_cpu_adamw_step(tq_backend *be, size_t n, float *w, const float *g, float 
     }
     if (wcopy_check(be, "adamw_step", wlow, wdt)) return TQ_EINVAL;
     if (skip && *skip != 0.0f) return TQ_OK;
+    int f16n = f16n_cast(wdt, TQ_F32);
     BLOCK_LOOP(n, {
         adamw_block(i0, i1, w, g, m, v, lr, b1, b2, eps, wd, bc1, bc2);
-        if (wlow) cast_block(i0, i1, wdt, wlow, TQ_F32, w);
+        if (wlow) cast_block(i0, i1, wdt, wlow, TQ_F32, w, f16n);
     });
     return TQ_OK;
 }

@@ -1003,16 +1003,15 @@ static void test_bn_bwd_fused_is_the_chain(void **state) {
     CHECK_EINVAL(be->i->bn_bwd(be, s, TQ_F32, dx, 0.0f, &dg, &db, dy, x, &g, &sm, &sd, NULL, dr, 0.0f));
 }
 
-/* batch-norm's bf16 passes with AVX512_BF16's conversion (cpu_bn_bf16.c) give the emulated
- * passes' bits: norm (plain, ReLU, residual + ReLU), fwd_train, fwd_infer and bn_bwd (ReLU mask,
- * dres, beta 0/1), channel counts that take the 32-value blocks, the masked tail and the folded
- * rows, with NaN, ±inf, values that round to inf and channels whose outputs are denormal (which
- * the instruction alone would flush to zero). Skipped where the CPU lacks AVX512_BF16. */
-static void test_bn_bf16_native(void **state) {
-    (void)state;
-    if (!tq_cpu_bf16_cpu()) { print_message("skipped: this CPU has no AVX512_BF16\n"); return; }
-    const tq_shape shapes[] = { { 2, 3, 5, 70 }, { 8, 16, 16, 16 }, { 4, 7, 9, 33 }, { 2, 4, 4, 64 } };
-    const tq_dtype dt = TQ_BF16;
+/* batch-norm's 16-bit passes with the CPU's own conversions give the emulated passes' bits:
+ * bf16 with AVX512_BF16's vcvtne2ps2bf16 (cpu_bn_bf16.c), f16 through F16C (cpu_f16c.c, its
+ * reductions too). norm (plain, ReLU, residual + ReLU), fwd_train, fwd_infer and bn_bwd (ReLU
+ * mask, dres, beta 0/1), channel counts that take the whole vectors, the tails and the folded
+ * rows, with NaN, ±inf, values that round to inf and channels whose outputs are subnormal
+ * (which vcvtne2ps2bf16 alone would flush to zero). Skipped where the CPU lacks the instructions. */
+static void bn_native_case(tq_dtype dt, void (*set)(int)) {
+    const tq_shape shapes[] = { { 2, 3, 5, 70 }, { 8, 16, 16, 16 }, { 4, 7, 9, 33 }, { 2, 4, 4, 64 },
+                                { 3, 5, 7, 300 } };
     int denormals = 0;
     for (size_t si = 0; si < sizeof shapes / sizeof *shapes; si++) {
         tq_shape s = shapes[si];
@@ -1020,17 +1019,22 @@ static void test_bn_bf16_native(void **state) {
         float *xf = frand(n, 3), *g = frand(C, 1), *b = frand(C, 0.5), *mu = frand(C, 0.2);
         float *is = frand(C, 1), *rv = frand(C, 1);
         for (size_t c = 0; c < C; c++) { is[c] = 0.5f + fabsf(is[c]); rv[c] = 0.1f + fabsf(rv[c]); }
-        g[0] = 1e-39f; b[0] = 0.0f;                     /* channel 0: denormal outputs */
-        if (C > 3) { g[3] = -2e-39f; b[3] = 1e-40f; }   /* and some negative ones */
-        g[1] = 3e38f;                                    /* channel 1: some round up to inf */
+        if (dt == TQ_BF16) {
+            g[0] = 1e-39f; b[0] = 0.0f;                     /* channel 0: subnormal outputs */
+            if (C > 3) { g[3] = -2e-39f; b[3] = 1e-40f; }   /* and some negative ones */
+            g[1] = 3e38f;                                    /* channel 1: some round up to inf */
+        } else {
+            g[0] = 1e-5f; b[0] = 0.0f;                      /* f16's subnormals are below 6.1e-5 */
+            if (C > 3) { g[3] = -2e-5f; b[3] = 1e-6f; }
+            g[1] = 3e4f;                                     /* past 65504: inf */
+        }
         xf[7] = NAN; xf[C + 2] = INFINITY; xf[2 * C + 5] = -INFINITY;
         void *x = to_dt(dt, xf, n), *res = to_dt(dt, frand(n, 2), n), *dy = to_dt(dt, frand(n, 1), n);
-        for (int v = 0; v < 16; v++) {   /* v < 3: norm variants; 3: infer; 4: fwd_train; 5..12: bwd */
-            if (v > 12) break;
+        for (int v = 0; v <= 12; v++) {   /* v < 3: norm variants; 3: infer; 4: fwd_train; 5..12: bwd */
             void *out[2], *out2[2];
             float *dg[2], *db[2];
             for (int nat = 0; nat < 2; nat++) {
-                tq_cpu_bf16_native_set(nat);
+                set(nat);
                 out[nat] = poisoned(dt, n); out2[nat] = poisoned(dt, n);
                 dg[nat] = tmem(C * 4); db[nat] = tmem(C * 4);
                 memset(dg[nat], 0, C * 4); memset(db[nat], 0, C * 4);
@@ -1039,8 +1043,8 @@ static void test_bn_bf16_native(void **state) {
                 else if (v == 3)
                     CHECK_OK(be->i->bn_fwd_infer(be, s, dt, out[nat], x, g, b, mu, rv, 1e-5f, res, 1));
                 else if (v == 4) {
-                    float *sm = tmem(C * 4), *sd = tmem(C * 4);
-                    CHECK_OK(be->i->bn_fwd_train(be, s, dt, out[nat], x, g, b, sm, sd, NULL, NULL, 0.1f, 1e-5f, res, 1));
+                    /* the statistics (f32) through the reductions: dg, db hold them */
+                    CHECK_OK(be->i->bn_fwd_train(be, s, dt, out[nat], x, g, b, dg[nat], db[nat], NULL, NULL, 0.1f, 1e-5f, res, 1));
                 } else {   /* bits of v - 5: beta_dx, with dres, beta_dres */
                     int w = v - 5, with_res = (w >> 1) & 1;
                     float bdx = (float)(w & 1), bres = (float)((w >> 2) & 1);
@@ -1052,22 +1056,84 @@ static void test_bn_bf16_native(void **state) {
                                            with_res ? out2[nat] : NULL, bres));
                 }
             }
-            tq_cpu_bf16_native_set(-1);
+            set(-1);
             if (memcmp(out[0], out[1], n * 2) || memcmp(out2[0], out2[1], n * 2) ||
                 memcmp(dg[0], dg[1], C * 4) || memcmp(db[0], db[1], C * 4)) {
                 for (size_t i = 0; i < n; i++)
                     if (((uint16_t *)out[0])[i] != ((uint16_t *)out[1])[i])
-                        fail_msg("shape %zu variant %d: element %zu is 0x%04x emulated, 0x%04x native", si, v, i,
-                                 ((uint16_t *)out[0])[i], ((uint16_t *)out[1])[i]);
-                fail_msg("shape %zu variant %d: dres or the parameter gradients differ", si, v);
+                        fail_msg("dtype %d shape %zu variant %d: element %zu is 0x%04x emulated, 0x%04x native", (int)dt,
+                                 si, v, i, ((uint16_t *)out[0])[i], ((uint16_t *)out[1])[i]);
+                fail_msg("dtype %d shape %zu variant %d: dres, the statistics or the parameter gradients differ",
+                         (int)dt, si, v);
             }
             for (size_t i = 0; i < n; i++) {
                 uint16_t h = ((uint16_t *)out[0])[i];
-                denormals += (h & 0x7f80) == 0 && (h & 0x7f) != 0;
+                denormals += dt == TQ_BF16 ? (h & 0x7f80) == 0 && (h & 0x7f) != 0 : (h & 0x7c00) == 0 && (h & 0x3ff) != 0;
             }
         }
     }
-    assert_true(denormals > 0);   /* the fix-up was exercised */
+    assert_true(denormals > 0);   /* the subnormal outputs were exercised */
+}
+
+static void test_bn_native(void **state) {
+    (void)state;
+    if (tq_cpu_bf16_cpu()) bn_native_case(TQ_BF16, tq_cpu_bf16_native_set);
+    else print_message("bf16 skipped: this CPU has no AVX512_BF16\n");
+    if (tq_cpu_avx2_f16c()) bn_native_case(TQ_F16, tq_cpu_f16_native_set);
+    else print_message("f16 skipped: this CPU has no F16C\n");
+}
+
+/* casts between f16 and f32 through F16C (cpu_f16c.c) give the emulated casts' bits: every f16
+ * pattern but the signalling NaNs (which vcvtph2ps quiets) to f32, and f32 patterns through all
+ * of f16's rounding cases (subnormal, ties, overflow, NaN) back, at lengths that take the
+ * 8-value vectors and the tails; the optimizers' fused weight copy too */
+static void test_cast_f16_native(void **state) {
+    (void)state;
+    if (!tq_cpu_avx2_f16c()) { print_message("skipped: this CPU has no F16C\n"); return; }
+    const size_t n = 65536 + 13;
+    uint16_t *h = tmem(n * 2);
+    for (size_t i = 0; i < n; i++) {
+        uint16_t v = (uint16_t)i;
+        int snan = (v & 0x7c00) == 0x7c00 && (v & 0x3ff) && !(v & 0x200);
+        h[i] = snan ? (uint16_t)(v | 0x200) : v;
+    }
+    float *f = tmem(n * 4);
+    for (size_t i = 0; i < n; i++) {   /* around every f16 value: ±quarter, half and three quarters of its unit */
+        uint32_t u = tq_f32_bits(tq_f16_to_f32(h[i] & 0x7fff ? h[i] : (uint16_t)(i >> 4)));
+        f[i] = tq_bits_f32(u + (uint32_t)((i * 2654435761u) & 0x1fff) - 0x1000u);
+    }
+    f[5] = NAN; f[6] = -NAN; f[7] = 65520.0f; f[8] = 65519.996f; f[9] = 1e-40f; f[10] = -3e-8f;
+    float *a[2] = { tmem(n * 4), tmem(n * 4) };
+    uint16_t *o[2] = { tmem(n * 2), tmem(n * 2) };
+    for (size_t len = 1; len <= n; len = len < 40 ? len + 1 : len == n ? n + 1 : n) {
+        for (int nat = 0; nat < 2; nat++) {
+            tq_cpu_f16_native_set(nat);
+            memset(a[nat], 0xff, n * 4);   /* NaN */
+            memset(o[nat], 0xff, n * 2);
+            CHECK_OK(be->i->cast(be, len, TQ_F32, a[nat], TQ_F16, h));
+            CHECK_OK(be->i->cast(be, len, TQ_F16, o[nat], TQ_F32, f));
+        }
+        tq_cpu_f16_native_set(-1);
+        assert_memory_equal(a[0], a[1], n * 4);   /* nothing past len written either */
+        assert_memory_equal(o[0], o[1], n * 2);
+    }
+    /* the weight copy the optimizers write: SGD and AdamW */
+    const size_t p = 4099;
+    float *g = frand(p, 1), *w0 = frand(p, 2);
+    for (int opt = 0; opt < 2; opt++) {
+        uint16_t *wl[2];
+        for (int nat = 0; nat < 2; nat++) {
+            tq_cpu_f16_native_set(nat);
+            float *w = tmem(p * 4), *m = tmem(p * 4), *v = tmem(p * 4);
+            memcpy(w, w0, p * 4);
+            memset(m, 0, p * 4); memset(v, 0, p * 4);
+            wl[nat] = poisoned(TQ_F16, p);
+            if (opt == 0) CHECK_OK(be->i->sgd_step(be, p, w, g, m, 0.1f, 0.9f, 1e-4f, 1, NULL, wl[nat], TQ_F16));
+            else CHECK_OK(be->i->adamw_step(be, p, w, g, m, v, 1e-3f, 0.9f, 0.999f, 1e-8f, 1e-2f, 0.1f, 0.001f, NULL, wl[nat], TQ_F16));
+        }
+        tq_cpu_f16_native_set(-1);
+        assert_memory_equal(wl[0], wl[1], p * 2);
+    }
 }
 
 /* results do not depend on the thread count */
@@ -1754,7 +1820,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         T(test_vtable_complete), T(test_alloc_accounting), T(test_conv), T(test_conv_chunked), T(test_conv_winograd), T(test_conv_winograd_512), T(test_conv_thin), T(test_conv_bf16_via_f32),
         T(test_linear), T(test_iface_complete), T(test_conv_bad_desc), T(test_bn), T(test_bn_large),
-        T(test_bn_bwd_fused_is_the_chain), T(test_bn_bf16_native), T(test_bn_deterministic), T(test_bn_bad), T(test_relu), T(test_add_accumulate),
+        T(test_bn_bwd_fused_is_the_chain), T(test_bn_native), T(test_cast_f16_native), T(test_bn_deterministic), T(test_bn_bad), T(test_relu), T(test_add_accumulate),
         T(test_maxpool), T(test_maxpool_relu_is_the_pair), T(test_avgpool), T(test_softmax_ce), T(test_cast), T(test_conversions_reference),
         T(test_unscale_check), T(test_sgd), T(test_adamw), T(test_load_batch),
     };
