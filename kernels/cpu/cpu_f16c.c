@@ -1,6 +1,7 @@
 /* cpu_f16c.c — f16 through F16C (every CPU with AVX2) where the emulated conversions were the
- * bound: batch-norm's passes (the norm and dx passes and the statistics' reductions) and the
- * casts between f16 and f32 (the operands of the f16 convolutions that oneDNN runs in f32).
+ * bound: batch-norm's passes (the norm and dx passes and the statistics' reductions), max
+ * pooling's, and the casts between f16 and f32 (the operands of the f16 convolutions that oneDNN
+ * runs in f32, AMP's weight copy).
  * In the passes each block of rows is converted to f32
  * with vcvtph2ps, eight values an instruction, into buffers on the stack, the f32 instances of
  * cpu_bn_rows.h's kernels run on the buffers, and their outputs are stored with vcvtps2ph
@@ -56,6 +57,7 @@ int tq_cpu_f16_native(void) {
 #define BN_BF16_ROW(dst, src, n) ((void)(dst), (void)(src), (void)(n))   /* NAT is 0 here */
 #include "cpu/cpu_bn_rows.h"
 #include "cpu/cpu_f16c.h"
+#include "cpu/cpu_pool_rows.h"
 
 #define STAGE 2048   /* floats per staged operand (8 KiB): rows × lanes of one chunk */
 
@@ -176,6 +178,56 @@ void tq_cpu_red_block_f16n(tq_red_mode mode, size_t r0, size_t r1, size_t ld, si
 #undef RED_W
         r += (size_t)rows;
     }
+}
+
+/* Max pooling's rows in chunks of qc output columns (the input's 2·qc columns of both rows staged,
+ * 2·qc·C <= STAGE): k_maxpool_row / k_maxpool_bwd_rows on an image of 2 rows and 2·qc columns.
+ * 0 where a column of channels does not fit (2·C > STAGE), or for bwd an uncovered last row:
+ * the caller runs its emulated rows. */
+int tq_cpu_maxpool_row_f16n(tq_shape s, int img, int oh, void *y, const void *x, int relu) {
+    const int C = s.c, Q = s.w / 2;
+    if (2 * C > STAGE) return 0;
+    float X[2 * STAGE] __attribute__((aligned(64))), Y[STAGE] __attribute__((aligned(64)));
+    const size_t rs = (size_t)s.w * C, r0 = ((size_t)img * s.h + 2 * oh) * rs;
+    const size_t yo = (((size_t)img * (s.h / 2) + oh) * Q) * C;
+    const int qmax = STAGE / (2 * C);
+    for (int q0 = 0; q0 < Q; q0 += qmax) {
+        int qc = Q - q0 < qmax ? Q - q0 : qmax, w = 2 * qc * C;
+        stage_in(X, x, 0, 0, r0 + (size_t)(2 * q0) * C, 1, w);
+        stage_in(X + w, x, 0, 0, r0 + rs + (size_t)(2 * q0) * C, 1, w);
+        tq_shape sc = { 1, 2, 2 * qc, C };
+        k_maxpool_row(TQ_F32, sc, 0, 0, Y, X, relu);
+        stage_out(y, 0, 0, yo + (size_t)q0 * C, Y, 1, qc * C);
+    }
+    return 1;
+}
+
+int tq_cpu_maxpool_bwd_rows_f16n(tq_shape s, int img, int oh, void *dx, float beta, const void *dy,
+                                 const void *x, int relu) {
+    const int C = s.c, Q = s.w / 2;
+    if (2 * C > STAGE || 2 * oh + 1 >= s.h) return 0;
+    float X[2 * STAGE] __attribute__((aligned(64))), DX[2 * STAGE] __attribute__((aligned(64)));
+    float DY[STAGE / 2] __attribute__((aligned(64)));
+    const size_t rs = (size_t)s.w * C, r0 = ((size_t)img * s.h + 2 * oh) * rs;
+    const size_t yo = (((size_t)img * (s.h / 2) + oh) * Q) * C;
+    const int qmax = STAGE / (2 * C);
+    for (int q0 = 0; q0 < Q; q0 += qmax) {
+        int qc = Q - q0 < qmax ? Q - q0 : qmax, w = 2 * qc * C;
+        size_t c0 = r0 + (size_t)(2 * q0) * C;
+        stage_in(X, x, 0, 0, c0, 1, w);
+        stage_in(X + w, x, 0, 0, c0 + rs, 1, w);
+        stage_in(DY, dy, 0, 0, yo + (size_t)q0 * C, 1, qc * C);
+        if (beta != 0.0f) {
+            stage_in(DX, dx, 0, 0, c0, 1, w);
+            stage_in(DX + w, dx, 0, 0, c0 + rs, 1, w);
+        }
+        tq_shape sc = { 1, 2, 2 * qc, C };
+        k_maxpool_bwd_rows(TQ_F32, sc, 0, 0, DX, beta, DY, X, relu);
+        stage_out(dx, 0, 0, c0, DX, 1, w);
+        stage_out(dx, 0, 0, c0 + rs, DX + w, 1, w);
+    }
+    k_maxpool_bwd_lastcol(TQ_F16, s, r0, dx, beta);
+    return 1;
 }
 
 /* elements [i0, i1) of a cast between f16 and f32 (ddt the destination's type), i1 − i0 <= INT_MAX */

@@ -67,8 +67,9 @@ void tq_cpu_bn_dx_block_bf16n(size_t r0, size_t r1, size_t ld, size_t c0, int cw
                               float beta_dx, const void *dy, const void *x, const void *ry,
                               void *dres, float beta_res, const float *mu, const float *is,
                               const float *g, const float *sdb, const float *sdg, float inv_m);
-/* f16 through F16C (cpu_f16c.c): batch-norm's norm and dx passes and reduction blocks, and the
- * casts between f16 and f32, the same bits as cpu_bn.c's and cpu_elem.c's; tq_cpu_f16_native: 1 where the CPU has AVX2, FMA and F16C
+/* f16 through F16C (cpu_f16c.c): batch-norm's norm and dx passes and reduction blocks, max
+ * pooling's rows and the casts between f16 and f32, the same bits as cpu_bn.c's, cpu_pool.c's
+ * and cpu_elem.c's; tq_cpu_f16_native: 1 where the CPU has AVX2, FMA and F16C
  * (tq_cpu_avx2_f16c, which the Winograd and thin kernels need too) and TQ_CPU_F16_NATIVE is not 0 */
 int tq_cpu_avx2_f16c(void);
 int tq_cpu_f16_native(void);
@@ -85,6 +86,10 @@ void tq_cpu_red_block_f16n(tq_red_mode mode, size_t r0, size_t r1, size_t ld, si
                            const void *a, const void *b, const void *mk, const float *of, float *f0,
                            float *f1);
 void tq_cpu_cast_f16n(size_t i0, size_t i1, tq_dtype ddt, void *dst, const void *src);
+/* max pooling's f16 rows (cpu_pool_rows.h's arguments): 1 done, 0 left to the emulated rows */
+int tq_cpu_maxpool_row_f16n(tq_shape s, int img, int oh, void *y, const void *x, int relu);
+int tq_cpu_maxpool_bwd_rows_f16n(tq_shape s, int img, int oh, void *dx, float beta, const void *dy,
+                                 const void *x, int relu);
 void tq_cpu_chan_sums(tq_backend *be, tq_red_mode mode, size_t m, size_t ld, size_t c0, int cw,
                       tq_dtype dt, const void *a, const void *b, const void *mk, const float *off,
                       double *s0, double *s1);

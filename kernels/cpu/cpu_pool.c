@@ -18,29 +18,7 @@
 
 /* ---- max pooling ---- */
 
-/* the window's maximum without branches: m takes v when v > m or v is NaN, so the first
- * maximum in window order wins and a NaN propagates */
-TQ_ALWAYS_INLINE float pick(float m, float v) { return (v > m || v != v) ? v : m; }
-TQ_ALWAYS_INLINE float max4(float a, float b, float c, float d) {
-    return pick(pick(pick(a, b), c), d);
-}
-
-TQ_ALWAYS_INLINE float relu_if(int relu, float m) { return relu && m <= 0.0f ? 0.0f : m; }
-
-TQ_ALWAYS_INLINE void k_maxpool_row(tq_dtype dt, tq_shape s, int img, int oh, void *y,
-                                    const void *x, int relu) {
-    int Q = s.w / 2, C = s.c;
-    size_t rs = (size_t)s.w * C;
-    size_t r0 = ((size_t)img * s.h + 2 * oh) * rs;
-    size_t yo = (((size_t)img * (s.h / 2) + oh) * Q) * C;
-    for (int q = 0; q < Q; q++) {   /* branch-free over the contiguous channels (vectorised) */
-        size_t ia = r0 + (size_t)(2 * q) * C, ib = ia + C, ie = ia + rs, iff = ie + C;
-        size_t io = yo + (size_t)q * C;
-        TQ_SIMD(dt, for (int c = 0; c < C; c++)
-            tq_st(y, dt, io + c, relu_if(relu, max4(tq_ld(x, dt, ia + c), tq_ld(x, dt, ib + c),
-                                                    tq_ld(x, dt, ie + c), tq_ld(x, dt, iff + c)))););
-    }
-}
+#include "cpu/cpu_pool_rows.h"
 
 static int pool_check(tq_backend *be, const char *op, tq_shape s, tq_dtype dt) {
     int rc = tq_cpu_check_shape(be, op, s, dt);
@@ -56,8 +34,9 @@ static int pool_check(tq_backend *be, const char *op, tq_shape s, tq_dtype dt) {
  * (the conversions and selects), built for AVX-512 and AVX2 too, picked when the program loads
  * (as cpu_bn.c's norm pass); integer and compare arithmetic, the same bits everywhere */
 __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-static void maxpool_row(tq_dtype dt, tq_shape s, int img, int oh, void *y, const void *x,
+static void maxpool_row(tq_dtype dt, int f16n, tq_shape s, int img, int oh, void *y, const void *x,
                         int relu) {
+    if (f16n && tq_cpu_maxpool_row_f16n(s, img, oh, y, x, relu)) return;   /* cpu_f16c.c */
     TQ_DT_CALL(dt, k_maxpool_row, s, img, oh, y, x, relu);
 }
 
@@ -66,82 +45,16 @@ int tq_cpu_maxpool_fwd(tq_backend *be, tq_shape s, tq_dtype dt, void *y, const v
     if (rc) return rc;
     int P = s.h / 2, nrow = s.n * P, nt = tq_cpu_nt(be);
     int par = tq_shape_numel(s) > TQ_PAR_MIN;
+    int f16n = dt == TQ_F16 && tq_cpu_f16_native();
 #pragma omp parallel for num_threads(nt) schedule(static) if (par)
-    for (int t = 0; t < nrow; t++) maxpool_row(dt, s, t / P, t % P, y, xp, relu);
+    for (int t = 0; t < nrow; t++) maxpool_row(dt, f16n, s, t / P, t % P, y, xp, relu);
     return TQ_OK;
 }
 
-TQ_ALWAYS_INLINE void mix1(tq_dtype dt, void *dx, size_t i, float beta, float v) {
-    if (beta != 0.0f) v += beta * tq_ld(dx, dt, i);
-    tq_st(dx, dt, i, v);
-}
-
-/* g0_..g3_ = g at the window element max4 picks (v0..v3, first maximum, NaN wins), 0 at the
- * others; branch-free selects so that the channel loop vectorises. t_k: v_k replaces the
- * running maximum, which moves g from the earlier elements to v_k. */
-#define WIN_GRAD(v0, v1, v2, v3, g)                                        \
-    float m_ = (v0), g0_ = (g), g1_, g2_, g3_;                             \
-    int t1 = ((v1) > m_) | ((v1) != (v1));                                 \
-    m_ = t1 ? (v1) : m_;                                                   \
-    g1_ = t1 ? (g) : 0.0f;                                                 \
-    g0_ = t1 ? 0.0f : g0_;                                                 \
-    int t2 = ((v2) > m_) | ((v2) != (v2));                                 \
-    m_ = t2 ? (v2) : m_;                                                   \
-    g2_ = t2 ? (g) : 0.0f;                                                 \
-    g1_ = t2 ? 0.0f : g1_;                                                 \
-    g0_ = t2 ? 0.0f : g0_;                                                 \
-    int t3 = ((v3) > m_) | ((v3) != (v3));                                 \
-    g3_ = t3 ? (g) : 0.0f;                                                 \
-    g2_ = t3 ? 0.0f : g2_;                                                 \
-    g1_ = t3 ? 0.0f : g1_;                                                 \
-    g0_ = t3 ? 0.0f : g0_
-
-/* Input rows 2·oh, 2·oh+1 of image img (or the odd last row when 2·oh+1 == h). */
-TQ_ALWAYS_INLINE void k_maxpool_bwd_rows(tq_dtype dt, tq_shape s, int img, int oh, void *dx,
-                                         float beta, const void *dy, const void *x, int relu) {
-    int Q = s.w / 2, C = s.c;
-    size_t rs = (size_t)s.w * C;
-    size_t r0 = ((size_t)img * s.h + 2 * oh) * rs;
-    if (2 * oh + 1 >= s.h) {                       /* uncovered last row */
-        for (size_t j = 0; j < rs; j++) mix1(dt, dx, r0 + j, beta, 0.0f);
-        return;
-    }
-    size_t yo = (((size_t)img * (s.h / 2) + oh) * Q) * C;
-    for (int q = 0; q < Q; q++) {   /* the argmax of the window, branch-free over the channels */
-        size_t ia = r0 + (size_t)(2 * q) * C, ib = ia + C, ie = ia + rs, iff = ie + C;
-        size_t ig = yo + (size_t)q * C;
-        if (beta == 0.0f)
-            TQ_SIMD(dt, for (int c = 0; c < C; c++) {
-                float va = tq_ld(x, dt, ia + c), vb = tq_ld(x, dt, ib + c), ve = tq_ld(x, dt, ie + c),
-                      vf = tq_ld(x, dt, iff + c), gc = tq_ld(dy, dt, ig + c);
-                gc = (relu & (max4(va, vb, ve, vf) <= 0.0f)) ? 0.0f : gc;
-                WIN_GRAD(va, vb, ve, vf, gc);
-                tq_st(dx, dt, ia + c, g0_);
-                tq_st(dx, dt, ib + c, g1_);
-                tq_st(dx, dt, ie + c, g2_);
-                tq_st(dx, dt, iff + c, g3_);
-            });
-        else
-            TQ_SIMD(dt, for (int c = 0; c < C; c++) {
-                float va = tq_ld(x, dt, ia + c), vb = tq_ld(x, dt, ib + c), ve = tq_ld(x, dt, ie + c),
-                      vf = tq_ld(x, dt, iff + c), gc = tq_ld(dy, dt, ig + c);
-                gc = (relu & (max4(va, vb, ve, vf) <= 0.0f)) ? 0.0f : gc;
-                WIN_GRAD(va, vb, ve, vf, gc);
-                tq_st(dx, dt, ia + c, g0_ + beta * tq_ld(dx, dt, ia + c));
-                tq_st(dx, dt, ib + c, g1_ + beta * tq_ld(dx, dt, ib + c));
-                tq_st(dx, dt, ie + c, g2_ + beta * tq_ld(dx, dt, ie + c));
-                tq_st(dx, dt, iff + c, g3_ + beta * tq_ld(dx, dt, iff + c));
-            });
-    }
-    if (s.w & 1)                                   /* uncovered last column */
-        for (int rr = 0; rr < 2; rr++)
-            for (int c = 0; c < C; c++)
-                mix1(dt, dx, r0 + rr * rs + (size_t)(s.w - 1) * C + c, beta, 0.0f);
-}
-
 __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-static void maxpool_bwd_rows(tq_dtype dt, tq_shape s, int img, int oh, void *dx, float beta,
+static void maxpool_bwd_rows(tq_dtype dt, int f16n, tq_shape s, int img, int oh, void *dx, float beta,
                              const void *dy, const void *x, int relu) {
+    if (f16n && tq_cpu_maxpool_bwd_rows_f16n(s, img, oh, dx, beta, dy, x, relu)) return;
     TQ_DT_CALL(dt, k_maxpool_bwd_rows, s, img, oh, dx, beta, dy, x, relu);
 }
 
@@ -151,9 +64,10 @@ int tq_cpu_maxpool_bwd(tq_backend *be, tq_shape s, tq_dtype dt, void *dx, float 
     if (rc) return rc;
     int P2 = (s.h + 1) / 2, nrow = s.n * P2, nt = tq_cpu_nt(be);
     int par = tq_shape_numel(s) > TQ_PAR_MIN;
+    int f16n = dt == TQ_F16 && tq_cpu_f16_native();
 #pragma omp parallel for num_threads(nt) schedule(static) if (par)
     for (int t = 0; t < nrow; t++)   /* relu a run-time select: one loop body per dtype */
-        maxpool_bwd_rows(dt, s, t / P2, t % P2, dx, beta, dy, xp, relu);
+        maxpool_bwd_rows(dt, f16n, s, t / P2, t % P2, dx, beta, dy, xp, relu);
     return TQ_OK;
 }
 

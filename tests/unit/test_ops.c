@@ -1083,6 +1083,47 @@ static void test_bn_native(void **state) {
     else print_message("f16 skipped: this CPU has no F16C\n");
 }
 
+/* f16 max pooling through F16C (cpu_f16c.c) gives the emulated rows' bits: forward and backward
+ * (beta 0 and 1, with and without the fused ReLU), odd heights and widths (the uncovered row and
+ * column), channel counts that take the vectors, the tails, several column chunks and none (more
+ * channels than a chunk holds: the emulated rows), with ties, NaN and ±inf in the windows */
+static void test_maxpool_f16_native(void **state) {
+    (void)state;
+    if (!tq_cpu_avx2_f16c()) { print_message("skipped: this CPU has no F16C\n"); return; }
+    const tq_shape shapes[] = { { 2, 7, 9, 3 }, { 3, 8, 8, 16 }, { 2, 5, 70, 33 }, { 1, 4, 6, 1100 } };
+    for (size_t si = 0; si < sizeof shapes / sizeof *shapes; si++) {
+        tq_shape s = shapes[si], so = { s.n, s.h / 2, s.w / 2, s.c };
+        size_t n = tq_shape_numel(s), no = tq_shape_numel(so);
+        float *xf = frand(n, 2);
+        for (size_t i = 0; i < n; i += 7) xf[i] = xf[i + 1 < n ? i + 1 : i];   /* ties */
+        xf[3] = NAN; xf[n / 2] = INFINITY; xf[n / 3] = -INFINITY; xf[n - 1] = -NAN;
+        void *x = to_dt(TQ_F16, xf, n), *dy = to_dt(TQ_F16, frand(no, 1), no);
+        void *d0 = to_dt(TQ_F16, frand(n, 1), n);
+        for (int v = 0; v < 6; v++) {   /* relu: v & 1; v < 2: fwd; 2, 3: bwd, beta 0; 4, 5: beta 1 */
+            int relu = v & 1;
+            float beta = v >= 4 ? 1.0f : 0.0f;
+            void *out[2];
+            for (int nat = 0; nat < 2; nat++) {
+                tq_cpu_f16_native_set(nat);
+                if (v < 2) {
+                    out[nat] = poisoned(TQ_F16, no);
+                    CHECK_OK(be->i->maxpool_fwd(be, s, TQ_F16, out[nat], x, relu));
+                } else {
+                    out[nat] = poisoned(TQ_F16, n);
+                    if (beta != 0.0f) memcpy(out[nat], d0, n * 2);
+                    CHECK_OK(be->i->maxpool_bwd(be, s, TQ_F16, out[nat], beta, dy, x, relu));
+                }
+            }
+            tq_cpu_f16_native_set(-1);
+            size_t len = v < 2 ? no : n;
+            for (size_t i = 0; i < len; i++)
+                if (((uint16_t *)out[0])[i] != ((uint16_t *)out[1])[i])
+                    fail_msg("shape %zu variant %d: element %zu is 0x%04x emulated, 0x%04x native", si, v, i,
+                             ((uint16_t *)out[0])[i], ((uint16_t *)out[1])[i]);
+        }
+    }
+}
+
 /* casts between f16 and f32 through F16C (cpu_f16c.c) give the emulated casts' bits: every f16
  * pattern but the signalling NaNs (which vcvtph2ps quiets) to f32, and f32 patterns through all
  * of f16's rounding cases (subnormal, ties, overflow, NaN) back, at lengths that take the
@@ -1820,7 +1861,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         T(test_vtable_complete), T(test_alloc_accounting), T(test_conv), T(test_conv_chunked), T(test_conv_winograd), T(test_conv_winograd_512), T(test_conv_thin), T(test_conv_bf16_via_f32),
         T(test_linear), T(test_iface_complete), T(test_conv_bad_desc), T(test_bn), T(test_bn_large),
-        T(test_bn_bwd_fused_is_the_chain), T(test_bn_native), T(test_cast_f16_native), T(test_bn_deterministic), T(test_bn_bad), T(test_relu), T(test_add_accumulate),
+        T(test_bn_bwd_fused_is_the_chain), T(test_bn_native), T(test_cast_f16_native), T(test_maxpool_f16_native), T(test_bn_deterministic), T(test_bn_bad), T(test_relu), T(test_add_accumulate),
         T(test_maxpool), T(test_maxpool_relu_is_the_pair), T(test_avgpool), T(test_softmax_ce), T(test_cast), T(test_conversions_reference),
         T(test_unscale_check), T(test_sgd), T(test_adamw), T(test_load_batch),
     };
