@@ -14,8 +14,6 @@
  * TQ_CPU_BF16_NATIVE=0 in the environment keeps the emulated passes (the tests' way to compare). */
 #include <immintrin.h>
 #include <stdint.h>
-#include <stdlib.h>
-#include <string.h>
 
 #include "cpu/cpu_internal.h"
 
@@ -24,17 +22,12 @@ int tq_cpu_bf16_cpu(void) {
            __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
 }
 
-static int native_on = -1;   /* decided once; a race writes the same value */
+static int native_on = -1;
 
 void tq_cpu_bf16_native_set(int on) { native_on = on < 0 ? -1 : on && tq_cpu_bf16_cpu(); }
 
 int tq_cpu_bf16_native(void) {
-    int on = native_on;
-    if (on < 0) {
-        const char *e = getenv("TQ_CPU_BF16_NATIVE");
-        on = native_on = !(e && !strcmp(e, "0")) && tq_cpu_bf16_cpu();
-    }
-    return on;
+    return native_on >= 0 ? native_on : tq_cpu_native_switch(&native_on, "TQ_CPU_BF16_NATIVE", tq_cpu_bf16_cpu());
 }
 
 /* everything below is built for AVX-512 with AVX512_BF16 (the pragmas take a literal) */

@@ -33,17 +33,17 @@ int tq_cpu_avx2_f16c(void) {
     return f16c && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
 }
 
-static int native_on = -1;   /* decided once; a race writes the same value */
+int tq_cpu_native_switch(int *state, const char *var, int has) {
+    const char *e = getenv(var);
+    return *state = has && !(e && !strcmp(e, "0"));
+}
+
+static int native_on = -1;
 
 void tq_cpu_f16_native_set(int on) { native_on = on < 0 ? -1 : on && tq_cpu_avx2_f16c(); }
 
 int tq_cpu_f16_native(void) {
-    int on = native_on;
-    if (on < 0) {
-        const char *e = getenv("TQ_CPU_F16_NATIVE");
-        on = native_on = !(e && !strcmp(e, "0")) && tq_cpu_avx2_f16c();
-    }
-    return on;
+    return native_on >= 0 ? native_on : tq_cpu_native_switch(&native_on, "TQ_CPU_F16_NATIVE", tq_cpu_avx2_f16c());
 }
 
 /* everything below is built for AVX2, FMA and F16C (the pragmas take a literal) */
