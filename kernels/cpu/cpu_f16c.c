@@ -1,22 +1,23 @@
 /* cpu_f16c.c — f16 through F16C (every CPU with AVX2) where the emulated conversions were the
  * bound: batch-norm's passes (the norm and dx passes and the statistics' reductions), max
- * pooling's, and the casts between f16 and f32 (the operands of the f16 convolutions that oneDNN
- * runs in f32, AMP's weight copy).
- * In the passes each block of rows is converted to f32
- * with vcvtph2ps, eight values an instruction, into buffers on the stack, the f32 instances of
- * cpu_bn_rows.h's kernels run on the buffers, and their outputs are stored with vcvtps2ph
- * (cpu_f16c.h's st8, whose NaN fix-up writes 0x7e00 with the sign as tq_f32_to_f16 does).
- * Emulated in C, an f16 load is ten integer operations and a store fifteen: the f16 passes ran
- * at a third of the bf16 ones' speed and made fp16 AMP on the CPU slower than fp32.
+ * pooling's, and the casts between f16 and f32 (the operands of the f16 convolutions that
+ * oneDNN runs in f32, AMP's weight copy). A pass converts each block of rows to f32 with
+ * vcvtph2ps, eight values an instruction, into buffers on the stack, runs the f32 instances of
+ * cpu_bn_rows.h's or cpu_pool_rows.h's kernels on the buffers, and stores their outputs with
+ * vcvtps2ph (cpu_f16c.h's st8, whose NaN fix-up writes 0x7e00 with the sign as tq_f32_to_f16
+ * does). Emulated in C, an f16 load is ten integer operations and a store fifteen: the f16
+ * batch-norm passes ran at a third of the bf16 ones' speed and made fp16 AMP on the CPU slower
+ * than fp32.
  *
- * The same bits as cpu_bn.c's and cpu_elem.c's f16 instances: the conversions are exact one way and round to
- * nearest even the other (test_ops' test_conversions_reference holds F16C to the emulation on
- * every non-NaN class), the f32 arithmetic is the same C over the same values in the same
- * order (rows in order within a lane; ISO C, no FMA contraction), and the one rounding inside
- * a pass, of the normalised value before a residual add, is F16C's round trip. The one
- * difference: vcvtph2ps quiets a signalling NaN, which the emulated load passes on as it is;
- * trainq's own stores never write one. test_ops' test_bn_native compares the two on rows of
- * NaN, infinities, subnormal outputs and overflow, test_cast_f16_native the casts.
+ * The same bits as cpu_bn.c's, cpu_pool.c's and cpu_elem.c's f16 instances: the conversions are
+ * exact one way and round to nearest even the other (test_ops' test_conversions_reference holds
+ * F16C to the emulation on every non-NaN class), the f32 arithmetic is the same C over the same
+ * values in the same order (rows in order within a lane; ISO C, no FMA contraction), and the
+ * one rounding inside a pass, of the normalised value before a residual add, is F16C's round
+ * trip. The one difference: vcvtph2ps quiets a signalling NaN, which the emulated load passes
+ * on as it is; trainq's own stores never write one. test_ops compares the two: test_bn_native
+ * on rows of NaN, infinities, subnormal outputs and overflow, test_maxpool_f16_native,
+ * test_cast_f16_native.
  *
  * TQ_CPU_F16_NATIVE=0 in the environment keeps the emulated passes (the tests' way to compare). */
 #include <cpuid.h>
