@@ -27,7 +27,7 @@ static int native_on = -1;
 void tq_cpu_bf16_native_set(int on) { native_on = on < 0 ? -1 : on && tq_cpu_bf16_cpu(); }
 
 int tq_cpu_bf16_native(void) {
-    return native_on >= 0 ? native_on : tq_cpu_native_switch(&native_on, "TQ_CPU_BF16_NATIVE", tq_cpu_bf16_cpu());
+    return tq_cpu_native_switch(&native_on, "TQ_CPU_BF16_NATIVE", tq_cpu_bf16_cpu);
 }
 
 /* everything below is built for AVX-512 with AVX512_BF16 (the pragmas take a literal) */

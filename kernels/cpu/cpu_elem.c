@@ -103,17 +103,17 @@ TQ_ALWAYS_INLINE void k_to_f32(tq_dtype dt, size_t i0, size_t i1, float *dst, co
 TQ_ALWAYS_INLINE void k_from_f32(tq_dtype dt, size_t i0, size_t i1, void *dst, const float *src) {
     TQ_SIMD(dt, for (size_t i = i0; i < i1; i++) tq_st(dst, dt, i, src[i]););
 }
-/* one block of a cast between different dtypes: the weight copies of AMP every step and the
- * f16 convolutions' operands (cpu_dnnl.c), built for AVX-512 and AVX2 too (picked at load;
- * integer arithmetic: the same bits everywhere) */
 /* a cast between f16 and f32 goes through F16C (asked once a call, outside its loop) */
 static int f16n_cast(tq_dtype ddt, tq_dtype sdt) {
     return ((ddt == TQ_F16 && sdt == TQ_F32) || (ddt == TQ_F32 && sdt == TQ_F16)) && tq_cpu_f16_native();
 }
+/* one block of a cast between different dtypes: the weight copies of AMP every step and the
+ * f16 convolutions' operands (cpu_dnnl.c), built for AVX-512 and AVX2 too (picked at load;
+ * integer arithmetic: the same bits everywhere); f16n: cpu_f16c.c's */
 __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 static void cast_block(size_t i0, size_t i1, tq_dtype ddt, void *dst, tq_dtype sdt,
                        const void *src, int f16n) {
-    if (f16n) tq_cpu_cast_f16n(i0, i1, ddt, dst, src);   /* f16 ↔ f32 through F16C (cpu_f16c.c) */
+    if (f16n) tq_cpu_cast_f16n(i0, i1, ddt, dst, src);
     else if (ddt == TQ_F32) TQ_DT_CALL(sdt, k_to_f32, i0, i1, dst, src);
     else if (sdt == TQ_F32) TQ_DT_CALL(ddt, k_from_f32, i0, i1, dst, src);
     else if (ddt == TQ_F16)

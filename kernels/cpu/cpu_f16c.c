@@ -34,9 +34,12 @@ int tq_cpu_avx2_f16c(void) {
     return f16c && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
 }
 
-int tq_cpu_native_switch(int *state, const char *var, int has) {
-    const char *e = getenv(var);
-    return *state = has && !(e && !strcmp(e, "0"));
+int tq_cpu_native_switch(int *state, const char *var, int (*has)(void)) {
+    if (*state < 0) {
+        const char *e = getenv(var);
+        *state = !(e && !strcmp(e, "0")) && has();
+    }
+    return *state;
 }
 
 static int native_on = -1;
@@ -44,7 +47,7 @@ static int native_on = -1;
 void tq_cpu_f16_native_set(int on) { native_on = on < 0 ? -1 : on && tq_cpu_avx2_f16c(); }
 
 int tq_cpu_f16_native(void) {
-    return native_on >= 0 ? native_on : tq_cpu_native_switch(&native_on, "TQ_CPU_F16_NATIVE", tq_cpu_avx2_f16c());
+    return tq_cpu_native_switch(&native_on, "TQ_CPU_F16_NATIVE", tq_cpu_avx2_f16c);
 }
 
 /* everything below is built for AVX2, FMA and F16C (the pragmas take a literal) */
@@ -128,32 +131,31 @@ void tq_cpu_norm_block_f16n(size_t r0, size_t r1, size_t ld, size_t c0, int cw, 
     }
 }
 
-void tq_cpu_bn_dx_block_f16n(size_t r0, size_t r1, size_t ld, size_t c0, int cw, void *dx_h,
-                             float beta_dx, const void *dy_h, const void *x_h, const void *ry_h,
-                             void *dres_h, float beta_res, const float *mu, const float *is,
+/* BN_DX_DISPATCH picks the kernel from ry, dres (given or not), beta_dx, beta_res and cw; the
+ * kernel runs on the staged copies */
+void tq_cpu_bn_dx_block_f16n(size_t r0, size_t r1, size_t ld, size_t c0, int cw, void *dx,
+                             float beta_dx, const void *dy, const void *x, const void *ry,
+                             void *dres, float beta_res, const float *mu, const float *is,
                              const float *g, const float *sdb, const float *sdg, float inv_m) {
     float DY[STAGE] __attribute__((aligned(64))), X[STAGE] __attribute__((aligned(64)));
     float RY[STAGE] __attribute__((aligned(64))), DX[STAGE] __attribute__((aligned(64)));
     float DR[STAGE] __attribute__((aligned(64)));
-    const void *ry = ry_h ? RY : NULL;   /* the names BN_DX_DISPATCH reads */
-    void *dres = dres_h ? DR : NULL;
     for (size_t r = r0; r < r1;) {
         int rows = stage_rows(cw, r1 - r);
-        stage_in(DY, dy_h, ld, r, c0, rows, cw);
-        stage_in(X, x_h, ld, r, c0, rows, cw);
-        if (ry_h) stage_in(RY, ry_h, ld, r, c0, rows, cw);
-        if (beta_dx != 0.0f) stage_in(DX, dx_h, ld, r, c0, rows, cw);
-        if (dres_h && beta_res != 0.0f) stage_in(DR, dres_h, ld, r, c0, rows, cw);
+        stage_in(DY, dy, ld, r, c0, rows, cw);
+        stage_in(X, x, ld, r, c0, rows, cw);
+        if (ry) stage_in(RY, ry, ld, r, c0, rows, cw);
+        if (beta_dx != 0.0f) stage_in(DX, dx, ld, r, c0, rows, cw);
+        if (dres && beta_res != 0.0f) stage_in(DR, dres, ld, r, c0, rows, cw);
 #define BN_DX_W(ACC, MASK, RES, W)                                                               \
     bn_dx_rows(TQ_F32, 0, ACC, MASK, RES, 0, (size_t)rows, (size_t)(W), 0, W, DX, beta_dx, DY, X, RY, \
                DR, beta_res, mu, is, g, sdb, sdg, inv_m)
         BN_DX_DISPATCH(BN_DX_W);
 #undef BN_DX_W
-        stage_out(dx_h, ld, r, c0, DX, rows, cw);
-        if (dres_h) stage_out(dres_h, ld, r, c0, DR, rows, cw);
+        stage_out(dx, ld, r, c0, DX, rows, cw);
+        if (dres) stage_out(dres, ld, r, c0, DR, rows, cw);
         r += (size_t)rows;
     }
-    (void)ry;
 }
 
 void tq_cpu_red_block_f16n(tq_red_mode mode, size_t r0, size_t r1, size_t ld, size_t col, int jw,

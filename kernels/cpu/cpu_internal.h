@@ -55,10 +55,10 @@ static inline int tq_cpu_dt_ok(tq_dtype dt) { return dt == TQ_F32 || dt == TQ_F1
  * count, so results are reproducible. */
 typedef enum { TQ_RED_SUM, TQ_RED_SHSQ, TQ_RED_DOT, TQ_RED_DOTM } tq_red_mode;
 
-/* a switch of the CPU's own conversions: *state −1 (undecided) becomes 1 where the CPU `has` them
- * and the environment variable `var` is not "0", else 0; decided once (a race writes the same
- * value). The tests' setters put 1, 0 or −1 back into *state. */
-int tq_cpu_native_switch(int *state, const char *var, int has);
+/* a switch of the CPU's own conversions: *state, or where it is −1 (undecided) 1 when has() says
+ * the CPU has them and the environment variable `var` is not "0", else 0, kept in *state
+ * (decided once; a race writes the same value). The tests' setters put 1, 0 or −1 there. */
+int tq_cpu_native_switch(int *state, const char *var, int (*has)(void));
 
 /* batch-norm's bf16 norm and dx passes with AVX512_BF16's conversion (cpu_bn_bf16.c): the same
  * bits as cpu_bn.c's; tq_cpu_bf16_native: 1 where the CPU has it and TQ_CPU_BF16_NATIVE is not 0 */
