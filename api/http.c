@@ -778,7 +778,6 @@ static struct MHD_Daemon *start_mhd(tq_api *a, unsigned flags, uint16_t port,
                                     const struct sockaddr *addr, int fd, unsigned threads,
                                     unsigned limit) {
     struct MHD_OptionItem common[] = {
-        { MHD_OPTION_EXTERNAL_LOGGER, (intptr_t)mhd_log, NULL },
         { MHD_OPTION_THREAD_POOL_SIZE, threads ? threads : 4, NULL },
         { MHD_OPTION_CONNECTION_LIMIT, limit, NULL },
         { MHD_OPTION_CONNECTION_TIMEOUT, TQ_IDLE_TIMEOUT_S, NULL },
@@ -788,11 +787,12 @@ static struct MHD_Daemon *start_mhd(tq_api *a, unsigned flags, uint16_t port,
         { MHD_OPTION_URI_LOG_CALLBACK, (intptr_t)uri_cb, a },
         { MHD_OPTION_END, 0, NULL },
     };
+    /* the logger first: libmicrohttpd complains (to the logger it has then) of one given later */
     if (addr)
-        return MHD_start_daemon(flags, port, accept_cb, a, access_cb, a, MHD_OPTION_SOCK_ADDR, addr,
-                                MHD_OPTION_ARRAY, common, MHD_OPTION_END);
-    return MHD_start_daemon(flags, 0, accept_cb, a, access_cb, a, MHD_OPTION_LISTEN_SOCKET, fd,
-                            MHD_OPTION_ARRAY, common, MHD_OPTION_END);
+        return MHD_start_daemon(flags, port, accept_cb, a, access_cb, a, MHD_OPTION_EXTERNAL_LOGGER, mhd_log,
+                                NULL, MHD_OPTION_SOCK_ADDR, addr, MHD_OPTION_ARRAY, common, MHD_OPTION_END);
+    return MHD_start_daemon(flags, 0, accept_cb, a, access_cb, a, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL,
+                            MHD_OPTION_LISTEN_SOCKET, fd, MHD_OPTION_ARRAY, common, MHD_OPTION_END);
 }
 
 /* The unix socket: every local user may connect (mode 0666), and SO_PEERCRED tells who did

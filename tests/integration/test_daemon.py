@@ -333,6 +333,10 @@ def make_daemon(tmp_path):
             if rc != 0:
                 problems.append("serve exited %s after SIGTERM:\n%s" % (rc, d.log_tail()))
     for d in made:
+        # libmicrohttpd's own complaints about how it was started would reach every journal
+        log = d.log_tail(n=10**7)
+        if "standard MHD logger" in log or "MHD_OPTION" in log:
+            problems.append("libmicrohttpd complained about its options:\n%s" % log[:2000])
         for pid in worker_pids(d):
             problems.append("worker %d outlived its daemon" % pid)
             try:
