@@ -269,6 +269,13 @@ static long long need_on(const tq_ledger_dev *d, long long plan) {
     return d->gpu ? plan + TQ_GPU_CONTEXT_BYTES + TQ_GPU_WORKSPACE_BOUND : plan;
 }
 
+/* A plan that failed (the data missing or invalid, …): 400 with the planner's code, naming
+ * data_dir where it is about the data. */
+static enum MHD_Result plan_failed(tq_ctx *c, const char *code, const char *err) {
+    const char *field = strstr(code, "data") ? "data_dir" : NULL;
+    return tq_send_error(c, MHD_HTTP_BAD_REQUEST, code[0] ? code : "invalid_spec", field, "%s", err);
+}
+
 static enum MHD_Result submit_planned(tq_ctx *c, tq_spec *sp, const tq_peer *peer, const char *inputs_json);
 
 enum MHD_Result tq_h_submit(tq_ctx *c) {
@@ -383,12 +390,17 @@ static enum MHD_Result submit_planned(tq_ctx *c, tq_spec *spp, const tq_peer *pp
 
     /* recompute "auto": settled now, from the devices it may use, and stored so: off when
      * they are all the CPU (device "cpu", or "auto" where this daemon serves no GPU), on when
-     * it may get a GPU; the plans below, the placement and the run then agree */
-    if (sp.recompute == TQ_RECOMPUTE_AUTO) {
-        int gpu = 0;
-        for (int k = 0; k < nc; k++) gpu |= devs[cand[k]].gpu;
-        sp.recompute = gpu;
+     * they are all GPUs. A job that may run on either (device "auto" on a daemon serving both)
+     * keeps "auto" and gets a plan for each kind below: on a GPU with recomputation, on the CPU
+     * without (the worker settles it by the device it is placed on, tq_spec_recompute), unless
+     * the CPU's plan would not fit its cap or budget: then it is settled on. The plans, the
+     * placement and the run then agree. */
+    int any_gpu = 0, any_cpu = 0;
+    for (int k = 0; k < nc; k++) {
+        any_gpu |= devs[cand[k]].gpu;
+        any_cpu |= !devs[cand[k]].gpu;
     }
+    if (sp.recompute == TQ_RECOMPUTE_AUTO && !(any_gpu && any_cpu)) sp.recompute = any_gpu;
 
     /* "batch_size": "auto": the largest micro-batch whose plan fits max_memory_mb, else the
      * budget of the device the job prefers (the first candidate: a GPU for auto) */
@@ -411,43 +423,56 @@ static enum MHD_Result submit_planned(tq_ctx *c, tq_spec *spp, const tq_peer *pp
         if (rc && !strcmp(code, "cannot_fit"))
             return tq_send_error(c, MHD_HTTP_UNPROCESSABLE_CONTENT, "cannot_fit",
                                  sp.max_memory_mb > 0 ? "max_memory_mb" : "batch_size", "%s", err);
-        if (rc) {
-            const char *field = strstr(code, "data") ? "data_dir" : NULL;
-            return tq_send_error(c, MHD_HTTP_BAD_REQUEST, code[0] ? code : "invalid_spec", field, "%s", err);
-        }
+        if (rc) return plan_failed(c, code, err);
     }
 
+    /* the plan (the one a GPU runs, where recompute is still "auto"; a batch_size "auto" was
+     * picked with it too: tq_spec_recompute is on for device "auto") */
     long long total = 0, data = 0;
-    if (plan_cached(c->api, &sp, &total, &data, code, sizeof code, err, sizeof err)) {
-        const char *field = strstr(code, "data") ? "data_dir" : NULL;
-        return tq_send_error(c, MHD_HTTP_BAD_REQUEST, code[0] ? code : "invalid_spec", field, "%s", err);
+    if (plan_cached(c->api, &sp, &total, &data, code, sizeof code, err, sizeof err))
+        return plan_failed(c, code, err);
+    long long cap = sp.max_memory_mb > 0 ? (long long)sp.max_memory_mb * 1048576LL : 0;
+    /* the CPU's, without recomputation, where recompute is still "auto"; kept only where it
+     * fits the cap and a CPU budget, else the job recomputes everywhere */
+    long long total_cpu = total;
+    if (sp.recompute == TQ_RECOMPUTE_AUTO) {
+        tq_spec keep = sp;
+        keep.recompute = 0;
+        long long t0 = 0, d0 = 0;
+        if (plan_cached(c->api, &keep, &t0, &d0, code, sizeof code, err, sizeof err))
+            return plan_failed(c, code, err);
+        int cpu_fits = 0;
+        for (int k = 0; k < nc; k++)
+            cpu_fits |= !devs[cand[k]].gpu && t0 + d0 <= devs[cand[k]].budget && (!cap || t0 + d0 <= cap);
+        if (cpu_fits) total_cpu = t0;
+        else sp.recompute = 1;
     }
-    long long need = total + data;
-    if (sp.max_memory_mb > 0 && need > (long long)sp.max_memory_mb * 1048576LL)
+    long long need = total + data, need_cpu = total_cpu + data;
+    if (cap && need > cap)
         return tq_send_error(c, MHD_HTTP_UNPROCESSABLE_CONTENT, "cannot_fit", "max_memory_mb",
                              "the planned peak is %lld bytes (%.1f MiB: %lld for training + %lld for "
                              "the dataset), over max_memory_mb %lld (%lld bytes)", need,
-                             need / 1048576.0, total, data, (long long)sp.max_memory_mb,
-                             (long long)sp.max_memory_mb * 1048576LL);
+                             need / 1048576.0, total, data, (long long)sp.max_memory_mb, cap);
     /* a job larger than the budget of every device it may use could never start */
     int fits = 0, big = cand[0];
     for (int k = 0; k < nc; k++) {
         const tq_ledger_dev *d = &devs[cand[k]];
-        if (need_on(d, need) <= d->budget) fits = 1;
+        if (need_on(d, d->gpu ? need : need_cpu) <= d->budget) fits = 1;
         if (d->budget > devs[big].budget) big = cand[k];
     }
-    if (!fits)
+    if (!fits) {
+        long long nb = need_on(&devs[big], devs[big].gpu ? need : need_cpu);
         return tq_send_error(c, MHD_HTTP_UNPROCESSABLE_CONTENT, "cannot_fit", NULL,
                              "the planned peak is %lld bytes (%.1f MiB%s), more than the memory budget of %s, "
                              "%lld bytes (%.1f MiB), the largest of the devices it may use",
-                             need_on(&devs[big], need), need_on(&devs[big], need) / 1048576.0,
-                             devs[big].gpu ? " with the CUDA context and workspace" : "", devs[big].id,
-                             devs[big].budget, devs[big].budget / 1048576.0);
+                             nb, nb / 1048576.0, devs[big].gpu ? " with the CUDA context and workspace" : "",
+                             devs[big].id, devs[big].budget, devs[big].budget / 1048576.0);
+    }
     char *spec_json = tq_spec_to_json(&sp);
     if (!spec_json) return tq_send_error(c, MHD_HTTP_INTERNAL_SERVER_ERROR, "internal", NULL, "out of memory");
     int64_t id = 0;
     int existed = 0;
-    tq_job_plan plan = { total, need, need + TQ_GPU_CONTEXT_BYTES + TQ_GPU_WORKSPACE_BOUND };
+    tq_job_plan plan = { total, need_cpu, need + TQ_GPU_CONTEXT_BYTES + TQ_GPU_WORKSPACE_BOUND };
     int rc = tq_queue_submit_as(s, sp.name, spec_json, sp.priority, sp.submission_id, &plan,
                                 peer.known ? peer.user : NULL, peer.known ? (int64_t)peer.uid : -1,
                                 inputs_json && strcmp(inputs_json, "[]") ? inputs_json : NULL, &id, &existed);

@@ -263,10 +263,11 @@ int tq_cmd_worker(int argc, char **argv) {
     /* the scheduler's placement: the device it chose (the job's "device" allowed it) and, on
      * the CPU, the cores it shares with the CPU jobs running beside it */
     if (!device) device = job.device[0] ? job.device : "cpu";
-    /* recompute "auto" (the daemon settles it at submission; a spec that comes here unsettled)
-     * follows the device the job asked for, which its plan was made with, not the one given */
-    if (sp.recompute == TQ_RECOMPUTE_AUTO) sp.recompute = tq_spec_recompute(&sp);
     snprintf(sp.device, sizeof sp.device, "%.15s", device);
+    /* recompute "auto": a job that may run on a GPU or the CPU (the daemon settles every other
+     * at submission) follows the device given, as its two plans did: on for a GPU, off for the
+     * CPU (api/handlers.c) */
+    if (sp.recompute == TQ_RECOMPUTE_AUTO) sp.recompute = tq_spec_recompute(&sp);
     if (!tq_dev_is_gpu(sp.device) && sp.threads == 0 && threads > 0) sp.threads = (int)threads;
     tq_job_free(&job);
 

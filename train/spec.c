@@ -1453,9 +1453,13 @@ static const tq_spec_doc_field doc_fields[] = {
                  "`false` where the job can only train on the CPU, where memory is rarely short and the extra "
                  "passes cost time (resnet20 in bf16 on 2 Xeon cores with AMX: about 10% faster without them; "
                  "fp32 the same), else `true`. The daemon settles it when it takes the job, from the devices the "
-                 "job may use (`device: \"cpu\"`, or `\"auto\"` on a daemon that serves no GPU: `false`), and "
-                 "stores the result in the job's spec, so the job runs the plan it was placed with; `trainq run` "
-                 "and `trainq plan` settle it from the GPUs the host has.",
+                 "job may use, and stores the result in the job's spec: `false` where they are all the CPU "
+                 "(`device: \"cpu\"`, or `\"auto\"` on a daemon that serves no GPU), `true` where they are all "
+                 "GPUs. A job that may run on either (`\"auto\"` on a daemon that serves both) keeps `\"auto\"` "
+                 "and is planned for each: on a GPU with recomputation, on the CPU without, and it runs the "
+                 "plan of the device it is placed on; where the CPU's plan would exceed `max_memory_mb` or the "
+                 "CPU's budget, it is settled `true` instead. `trainq run` and `trainq plan` settle it from the "
+                 "GPUs the host has.",
       .example = "false" },
     { .name = "deterministic", .type = "boolean", .def = "`true`", .def_json = "true",
       .meaning = "On a GPU, run convolutions only on cuDNN engines that give the same bits every time; "
