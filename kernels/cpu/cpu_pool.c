@@ -79,10 +79,15 @@ TQ_ALWAYS_INLINE void k_avgpool_img(tq_dtype dt, tq_shape s, int img, void *y, c
         int cw = C - c0 < TQ_CGROUP ? (int)(C - c0) : TQ_CGROUP;
         double acc[TQ_CGROUP];
         for (int j = 0; j < cw; j++) acc[j] = 0;
-        for (size_t r = 0; r < hw; r++)
-            for (int j = 0; j < cw; j++) acc[j] += tq_ld(x, dt, base + r * C + c0 + j);
+        for (size_t r = 0; r < hw; r++)   /* each channel's sum in row order: vectorised over j */
+            TQ_SIMD(dt, for (int j = 0; j < cw; j++) acc[j] += tq_ld(x, dt, base + r * C + c0 + j););
         for (int j = 0; j < cw; j++) tq_st(y, dt, (size_t)img * C + c0 + j, (float)(acc[j] / (double)hw));
     }
+}
+
+__attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+static void avgpool_img(tq_dtype dt, tq_shape s, int img, void *y, const void *x) {
+    TQ_DT_CALL(dt, k_avgpool_img, s, img, y, x);
 }
 
 int tq_cpu_avgpool_fwd(tq_backend *be, tq_shape s, tq_dtype dt, void *y, const void *xp) {
@@ -90,26 +95,40 @@ int tq_cpu_avgpool_fwd(tq_backend *be, tq_shape s, tq_dtype dt, void *y, const v
     if (rc) return rc;
     int nt = tq_cpu_nt(be), par = tq_shape_numel(s) > TQ_PAR_MIN && s.n > 1;
 #pragma omp parallel for num_threads(nt) schedule(static) if (par)
-    for (int i = 0; i < s.n; i++) TQ_DT_CALL(dt, k_avgpool_img, s, i, y, xp);
+    for (int i = 0; i < s.n; i++) avgpool_img(dt, s, i, y, xp);
     return TQ_OK;
 }
 
-TQ_ALWAYS_INLINE void k_avgpool_bwd_row(tq_dtype dt, tq_shape s, size_t row, void *dx, float beta,
+/* the rows of one image: dx[r][c] = dy[c]/HW (+ beta·dx), the channel loop vectorised (the
+ * beta test hoisted out of it, beta 0 never reading dx) */
+TQ_ALWAYS_INLINE void k_avgpool_bwd_img(tq_dtype dt, tq_shape s, int img, void *dx, float beta,
                                         const void *dy, float inv_hw) {
-    size_t C = (size_t)s.c, img = row / ((size_t)s.h * s.w);
-    for (size_t c = 0; c < C; c++)
-        mix1(dt, dx, row * C + c, beta, tq_ld(dy, dt, img * C + c) * inv_hw);
+    size_t C = (size_t)s.c, hw = (size_t)s.h * s.w, base = (size_t)img * hw * C, yo = (size_t)img * C;
+    for (size_t r = 0; r < hw; r++) {
+        size_t o = base + r * C;
+        if (beta == 0.0f)
+            TQ_SIMD(dt, for (size_t c = 0; c < C; c++) tq_st(dx, dt, o + c, tq_ld(dy, dt, yo + c) * inv_hw););
+        else
+            TQ_SIMD(dt, for (size_t c = 0; c < C; c++)
+                tq_st(dx, dt, o + c, tq_ld(dy, dt, yo + c) * inv_hw + beta * tq_ld(dx, dt, o + c)););
+    }
+}
+/* built for AVX-512 and AVX2 too, picked at load (x86-64-v2's scalar loop took 0.52 ms of a
+ * resnet20 bf16 step at batch 128 on 2 Xeon cores) */
+__attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+static void avgpool_bwd_img(tq_dtype dt, tq_shape s, int img, void *dx, float beta, const void *dy,
+                            float inv_hw) {
+    TQ_DT_CALL(dt, k_avgpool_bwd_img, s, img, dx, beta, dy, inv_hw);
 }
 
 int tq_cpu_avgpool_bwd(tq_backend *be, tq_shape s, tq_dtype dt, void *dx, float beta,
                        const void *dy) {
     int rc = tq_cpu_check_shape(be, "avgpool_bwd", s, dt);
     if (rc) return rc;
-    size_t rows = (size_t)s.n * s.h * s.w;
     float inv_hw = (float)(1.0 / ((double)s.h * s.w));
-    int nt = tq_cpu_nt(be), par = tq_shape_numel(s) > TQ_PAR_MIN;
+    int nt = tq_cpu_nt(be), par = tq_shape_numel(s) > TQ_PAR_MIN && s.n > 1;
 #pragma omp parallel for num_threads(nt) schedule(static) if (par)
-    for (size_t r = 0; r < rows; r++) TQ_DT_CALL(dt, k_avgpool_bwd_row, s, r, dx, beta, dy, inv_hw);
+    for (int i = 0; i < s.n; i++) avgpool_bwd_img(dt, s, i, dx, beta, dy, inv_hw);
     return TQ_OK;
 }
 
@@ -198,6 +217,37 @@ TQ_ALWAYS_INLINE void k_load_sample(tq_dtype dt, int i, int h, int w, int c, voi
         }
 }
 
+/* The same numbers a row at a time, for rows of up to LOAD_ROW_MAX values: the row's source
+ * bytes gathered through a table of offsets (the crop's shift and the flip; zero outside the
+ * image), then normalised and stored in one vectorised loop against the per-channel constants
+ * repeated along the row (mrow, irow). Built for AVX-512 and AVX2 too, picked at load (the
+ * per-pixel loop above took 0.6 ms of a cnn bf16 step at batch 128 of 32×32×3 images on 2
+ * Xeon cores, 7% of it). */
+#define LOAD_ROW_MAX 3072
+TQ_ALWAYS_INLINE void k_load_rows(tq_dtype dt, int i, int h, int w, int c, void *x,
+                                  const uint8_t *img, const tq_aug *a, int pad, const float *mrow,
+                                  const float *irow) {
+    int wc = w * c, so[LOAD_ROW_MAX];
+    uint8_t row[LOAD_ROW_MAX];
+    for (int xx = 0; xx < w; xx++) {
+        int sx = a ? (a->flip ? w - 1 - xx : xx) + a->dx - pad : xx;
+        for (int ch = 0; ch < c; ch++) so[xx * c + ch] = sx >= 0 && sx < w ? sx * c + ch : -1;
+    }
+    size_t o = (size_t)i * h * wc;
+    for (int yy = 0; yy < h; yy++, o += wc) {
+        int sy = a ? yy + a->dy - pad : yy;
+        const uint8_t *src = sy >= 0 && sy < h ? img + (size_t)sy * wc : NULL;
+        for (int k = 0; k < wc; k++) row[k] = src && so[k] >= 0 ? src[so[k]] : 0;
+        TQ_SIMD(dt, for (int k = 0; k < wc; k++)
+            tq_st(x, dt, o + k, tq_normalize_px(row[k], mrow[k], irow[k])););
+    }
+}
+__attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+static void load_rows(tq_dtype dt, int i, int h, int w, int c, void *x, const uint8_t *img,
+                      const tq_aug *a, int pad, const float *mrow, const float *irow) {
+    TQ_DT_CALL(dt, k_load_rows, i, h, w, c, x, img, a, pad, mrow, irow);
+}
+
 int tq_cpu_load_batch(tq_backend *be, int n, int h, int w, int c, tq_dtype dt, void *x,
                       int32_t *labels, const uint8_t *images, const uint8_t *lab,
                       const int32_t *idx, const tq_aug *aug, int pad, const float *mean,
@@ -214,12 +264,19 @@ int tq_cpu_load_batch(tq_backend *be, int n, int h, int w, int c, tq_dtype dt, v
             return TQ_EINVAL;
         }
     size_t img_sz = (size_t)h * w * c;
+    int rows = (size_t)w * c <= LOAD_ROW_MAX;
+    float mrow[LOAD_ROW_MAX], irow[LOAD_ROW_MAX];
+    for (int k = 0; rows && k < w * c; k++) {
+        mrow[k] = mean[k % c];
+        irow[k] = inv_std[k % c];
+    }
     int nt = tq_cpu_nt(be), par = (size_t)n * img_sz > TQ_PAR_MIN && n > 1;
 #pragma omp parallel for num_threads(nt) schedule(static) if (par)
     for (int i = 0; i < n; i++) {
         const uint8_t *img = images + (size_t)idx[i] * img_sz;
         const tq_aug *a = aug ? &aug[i] : NULL;
-        TQ_DT_CALL(dt, k_load_sample, i, h, w, c, x, img, a, pad, mean, inv_std);
+        if (rows) load_rows(dt, i, h, w, c, x, img, a, pad, mrow, irow);
+        else TQ_DT_CALL(dt, k_load_sample, i, h, w, c, x, img, a, pad, mean, inv_std);
         if (labels && lab) labels[i] = lab[idx[i]];
     }
     return TQ_OK;

@@ -1726,9 +1726,9 @@ static void test_adamw(void **state) {
 
 /* ---- data ---- */
 
-static void test_load_batch(void **state) {
-    (void)state;
-    int N = 5, H = 5, W = 6, C = 3, pad = 2, n = 4;
+/* one image shape; W·C above 3072 takes the per-pixel loop instead of the row loop */
+static void load_batch_shape(int H, int W) {
+    int N = 5, C = 3, pad = 2, n = 4;
     size_t isz = (size_t)H * W * C;
     uint8_t *img = tmem((size_t)N * isz), lab[5] = { 3, 1, 4, 1, 5 };
     for (size_t i = 0; i < (size_t)N * isz; i++) img[i] = (uint8_t)(urand() * 127.5 + 128);
@@ -1773,6 +1773,16 @@ static void test_load_batch(void **state) {
             for (int i = 0; i < n; i++) assert_int_equal(labels[i], lab[idx[i]]);
         }
     }
+}
+
+static void test_load_batch(void **state) {
+    (void)state;
+    load_batch_shape(5, 6);
+    load_batch_shape(3, 1025);   /* 3075 values a row */
+    int H = 5, W = 6, C = 3, pad = 2;
+    uint8_t img[5 * 6 * 3] = { 0 }, lab[1] = { 0 };
+    int32_t idx[1] = { 0 }, labels[1];
+    float mean[3] = { 0.49f, 0.48f, 0.45f }, inv_std[3] = { 1 / 0.25f, 1 / 0.24f, 1 / 0.26f };
     /* a zero pixel is normalised too */
     tq_aug far = { 0, 0, 0 };
     float x1[3 * 5 * 6];
