@@ -95,14 +95,21 @@ static inline TQ_HD int tq_isfinite(float v) { return (tq_f32_bits(v) & 0x7f8000
 
 /* torch.optim.SGD (dampening 0): g += wd*w; buf = mom*buf + g; g = nesterov ? g + mom*buf : buf;
  * w -= lr*g. With momentum 0 the buffer is untouched. */
+static inline TQ_HD void tq_sgd_mom_1(float *w, float g, float *buf, float lr, float mom, float wd,
+                                      int nesterov) {   /* mom != 0: without the test, for loops */
+    g += wd * *w;
+    float b = mom * *buf + g;
+    *buf = b;
+    g = nesterov ? g + mom * b : b;
+    *w -= lr * g;
+}
 static inline TQ_HD void tq_sgd_1(float *w, float g, float *buf, float lr, float mom, float wd,
                                   int nesterov) {
-    g += wd * *w;
     if (mom != 0.0f) {
-        float b = mom * *buf + g;
-        *buf = b;
-        g = nesterov ? g + mom * b : b;
+        tq_sgd_mom_1(w, g, buf, lr, mom, wd, nesterov);
+        return;
     }
+    g += wd * *w;
     *w -= lr * g;
 }
 

@@ -34,6 +34,24 @@ def test_two_environments_paired(trainq, tmp_path):
         assert c["ratio"][0] == pytest.approx(c["B"][0] / c["A"][0])
 
 
+def test_two_builds(trainq, tmp_path):
+    # --trainq-b: side B runs another binary (here a wrapper that logs each run, then execs
+    # trainq); A keeps --trainq's
+    log = tmp_path / "b.log"
+    wrapper = tmp_path / "trainq-b"
+    wrapper.write_text("#!/bin/sh\necho \"$@\" >> %s\nexec %s \"$@\"\n" % (log, trainq))
+    wrapper.chmod(0o755)
+    r = ab("-", "-", "--models", "cnn", "--batches", "8", "--amps", "off", "--rounds", "2", "--steps", "7",
+           "--trainq", trainq, "--trainq-b", str(wrapper), "--json", str(tmp_path / "ab.json"))
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "A %s, B %s" % (trainq, wrapper) in r.stdout
+    assert len(log.read_text().splitlines()) == 2   # one B run a round
+    d = json.loads((tmp_path / "ab.json").read_text())
+    assert d["trainq_a"] == trainq and d["trainq_b"] == str(wrapper) and len(d["cells"][0]["ratio"]) == 2
+    bad = ab("-", "-", "--trainq", trainq, "--trainq-b", str(tmp_path / "missing"))
+    assert bad.returncode == 2 and "--trainq-b" in bad.stderr
+
+
 def test_failures_and_bad_arguments(tmp_path):
     r = ab("-", "-", "--models", "cnn", "--batches", "8", "--amps", "off", "--rounds", "1", "--steps", "7",
            "--trainq", "/bin/false")
