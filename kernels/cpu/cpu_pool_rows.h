@@ -12,6 +12,14 @@ TQ_ALWAYS_INLINE float max4(float a, float b, float c, float d) {
 
 TQ_ALWAYS_INLINE float relu_if(int relu, float m) { return relu && m <= 0.0f ? 0.0f : m; }
 
+/* a store of v that is exactly a value of dt (0, or a value loaded from dt): bf16 takes the top
+ * half of its bits, what tq_f32_to_bf16's rounding gives there (but for a signalling NaN, which
+ * it would quiet and trainq never stores) */
+TQ_ALWAYS_INLINE void st_exact(tq_dtype dt, void *p, size_t i, float v) {
+    if (dt == TQ_BF16) ((uint16_t *)p)[i] = (uint16_t)(tq_f32_bits(v) >> 16);
+    else tq_st(p, dt, i, v);
+}
+
 TQ_ALWAYS_INLINE void k_maxpool_row(tq_dtype dt, tq_shape s, int img, int oh, void *y,
                                     const void *x, int relu) {
     int Q = s.w / 2, C = s.c;
@@ -22,8 +30,8 @@ TQ_ALWAYS_INLINE void k_maxpool_row(tq_dtype dt, tq_shape s, int img, int oh, vo
         size_t ia = r0 + (size_t)(2 * q) * C, ib = ia + C, ie = ia + rs, iff = ie + C;
         size_t io = yo + (size_t)q * C;
         TQ_SIMD(dt, for (int c = 0; c < C; c++)
-            tq_st(y, dt, io + c, relu_if(relu, max4(tq_ld(x, dt, ia + c), tq_ld(x, dt, ib + c),
-                                                    tq_ld(x, dt, ie + c), tq_ld(x, dt, iff + c)))););
+            st_exact(dt, y, io + c, relu_if(relu, max4(tq_ld(x, dt, ia + c), tq_ld(x, dt, ib + c),
+                                                       tq_ld(x, dt, ie + c), tq_ld(x, dt, iff + c)))););
     }
 }
 
@@ -80,10 +88,10 @@ TQ_ALWAYS_INLINE void k_maxpool_bwd_rows(tq_dtype dt, tq_shape s, int img, int o
                       vf = tq_ld(x, dt, iff + c), gc = tq_ld(dy, dt, ig + c);
                 gc = (relu & (max4(va, vb, ve, vf) <= 0.0f)) ? 0.0f : gc;
                 WIN_GRAD(va, vb, ve, vf, gc);
-                tq_st(dx, dt, ia + c, g0_);
-                tq_st(dx, dt, ib + c, g1_);
-                tq_st(dx, dt, ie + c, g2_);
-                tq_st(dx, dt, iff + c, g3_);
+                st_exact(dt, dx, ia + c, g0_);   /* each is gc, a loaded value, or 0 */
+                st_exact(dt, dx, ib + c, g1_);
+                st_exact(dt, dx, ie + c, g2_);
+                st_exact(dt, dx, iff + c, g3_);
             });
         else
             TQ_SIMD(dt, for (int c = 0; c < C; c++) {

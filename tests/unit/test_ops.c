@@ -1435,6 +1435,38 @@ static void test_maxpool_relu_is_the_pair(void **state) {
         }
 }
 
+/* Max pooling in 16 bits stores values it loaded (or 0): bit for bit the f32 op on the same
+ * values with its outputs stored through tq_st, forward and backward with beta 0, with and
+ * without relu, on NaNs, ±0, ±inf and ties, in both 16-bit types. */
+static void test_maxpool_16bit_is_f32_rounded(void **state) {
+    (void)state;
+    const tq_shape shapes[] = { { 3, 6, 8, 5 }, { 2, 5, 7, 3 }, { 4, 32, 32, 16 } };
+    const float special[] = { -1.0f, -0.0f, 0.0f, NAN, -NAN, INFINITY, -INFINITY, 0.5f, 2.0f };
+    for (size_t si = 0; si < sizeof shapes / sizeof *shapes; si++)
+        for (tq_dtype dt = TQ_F16; dt <= TQ_BF16; dt++)
+            for (int relu = 0; relu < 2; relu++) {
+                tq_shape s = shapes[si];
+                size_t nx = tq_shape_numel(s), ny = (size_t)s.n * (s.h / 2) * (s.w / 2) * s.c;
+                size_t es = tq_dtype_size(dt);
+                float *xf = frand(nx, 1), *gf = frand(ny, 1);
+                for (size_t i = 0; i < nx; i += 3) xf[i] = special[(i / 3) % (sizeof special / sizeof *special)];
+                for (size_t i = 0; i < ny; i += 5) gf[i] = special[(i / 5) % (sizeof special / sizeof *special)];
+                void *x = to_dt(dt, xf, nx), *dy = to_dt(dt, gf, ny);
+                float *x32 = from_dt(dt, x, nx), *dy32 = from_dt(dt, dy, ny);   /* the same values */
+                void *y = poisoned(dt, ny), *dx = poisoned(dt, nx);
+                float *y32 = tmem(ny * 4), *dx32 = tmem(nx * 4);
+                CHECK_OK(be->i->maxpool_fwd(be, s, dt, y, x, relu));
+                CHECK_OK(be->i->maxpool_bwd(be, s, dt, dx, 0.0f, dy, x, relu));
+                CHECK_OK(be->i->maxpool_fwd(be, s, TQ_F32, y32, x32, relu));
+                CHECK_OK(be->i->maxpool_bwd(be, s, TQ_F32, dx32, 0.0f, dy32, x32, relu));
+                void *ye = tmem(ny * es), *dxe = tmem(nx * es);
+                for (size_t i = 0; i < ny; i++) tq_st(ye, dt, i, y32[i]);
+                for (size_t i = 0; i < nx; i++) tq_st(dxe, dt, i, dx32[i]);
+                assert_memory_equal(y, ye, ny * es);
+                assert_memory_equal(dx, dxe, nx * es);
+            }
+}
+
 static void test_avgpool(void **state) {
     (void)state;
     run_pool_case((tq_shape){ 3, 4, 5, 6 }, 1, 0);
@@ -1872,7 +1904,7 @@ int main(void) {
         T(test_vtable_complete), T(test_alloc_accounting), T(test_conv), T(test_conv_chunked), T(test_conv_winograd), T(test_conv_winograd_512), T(test_conv_thin), T(test_conv_bf16_via_f32),
         T(test_linear), T(test_iface_complete), T(test_conv_bad_desc), T(test_bn), T(test_bn_large),
         T(test_bn_bwd_fused_is_the_chain), T(test_bn_native), T(test_cast_f16_native), T(test_maxpool_f16_native), T(test_bn_deterministic), T(test_bn_bad), T(test_relu), T(test_add_accumulate),
-        T(test_maxpool), T(test_maxpool_relu_is_the_pair), T(test_avgpool), T(test_softmax_ce), T(test_cast), T(test_conversions_reference),
+        T(test_maxpool), T(test_maxpool_relu_is_the_pair), T(test_maxpool_16bit_is_f32_rounded), T(test_avgpool), T(test_softmax_ce), T(test_cast), T(test_conversions_reference),
         T(test_unscale_check), T(test_sgd), T(test_adamw), T(test_load_batch),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
