@@ -197,17 +197,23 @@ static long long planned(const char *spec, int recompute) {
                     "\"synthetic\":{\"train\":64,\"test\":16}" extra "}"
 #define GPU_EXTRA (TQ_GPU_CONTEXT_BYTES + TQ_GPU_WORKSPACE_BOUND)
 
+/* submits spec (201) and checks what the queue stored: recompute as `want`, the CPU's plan,
+ * the GPU's (with its context and workspace) */
+static void expect(fixture *f, const char *spec, const char *want, long long cpu, long long gpu) {
+    tq_job j;
+    assert_int_equal(submit(f, spec, &j), 201);
+    assert_string_equal(stored_recompute(&j), want);
+    assert_int_equal(j.planned_cpu_bytes, cpu);
+    assert_int_equal(j.planned_gpu_bytes, gpu + GPU_EXTRA);
+    tq_job_free(&j);
+}
+
 static void test_auto_on_both_kinds_keeps_two_plans(void **state) {
     fixture *f = *state;
     const char *spec = SPEC("");
     long long on = planned(spec, 1), off = planned(spec, 0);
     assert_true(on < off);   /* resnet20 recomputes the first ReLU of each block */
-    tq_job j;
-    assert_int_equal(submit(f, spec, &j), 201);
-    assert_string_equal(stored_recompute(&j), "auto");
-    assert_int_equal(j.planned_cpu_bytes, off);
-    assert_int_equal(j.planned_gpu_bytes, on + GPU_EXTRA);
-    tq_job_free(&j);
+    expect(f, spec, "auto", off, on);
 }
 
 static void test_cpu_plan_over_the_cpu_budget_recomputes_everywhere(void **state) {
@@ -215,52 +221,35 @@ static void test_cpu_plan_over_the_cpu_budget_recomputes_everywhere(void **state
     const char *spec = SPEC(",\"device\":\"auto\"");
     long long on = planned(spec, 1), off = planned(spec, 0);
     budgets(f, 8192 * MIB, (on + off) / 2);   /* the CPU holds the recomputing plan only */
-    tq_job j;
-    assert_int_equal(submit(f, spec, &j), 201);
-    assert_string_equal(stored_recompute(&j), "true");
-    assert_int_equal(j.planned_cpu_bytes, on);
-    assert_int_equal(j.planned_gpu_bytes, on + GPU_EXTRA);
-    tq_job_free(&j);
+    expect(f, spec, "true", on, on);
     budgets(f, 8192 * MIB, off);              /* exactly the plan that keeps everything */
-    assert_int_equal(submit(f, spec, &j), 201);
-    assert_string_equal(stored_recompute(&j), "auto");
-    assert_int_equal(j.planned_cpu_bytes, off);
-    tq_job_free(&j);
+    expect(f, spec, "auto", off, on);
 }
 
 static void test_cpu_plan_over_max_memory_recomputes_everywhere(void **state) {
     fixture *f = *state;
     const char *bare = SPEC("");
-    long long on = planned(bare, 1), off = planned(bare, 0);
-    long long cap_mb = (off - 1) / MIB;         /* under the plan that keeps everything … */
-    if (cap_mb * MIB < on) skip();              /* … and over the other: not at these sizes */
+    long long cap_mb = (planned(bare, 0) - 1) / MIB;   /* under the plan that keeps everything … */
     char spec[400];
     snprintf(spec, sizeof spec, SPEC(",\"max_memory_mb\":%lld"), cap_mb);
-    tq_job j;
-    assert_int_equal(submit(f, spec, &j), 201);
-    assert_string_equal(stored_recompute(&j), "true");
-    assert_int_equal(j.planned_cpu_bytes, on);
-    tq_job_free(&j);
+    long long on = planned(spec, 1);
+    if (cap_mb * MIB < on) skip();                     /* … and over the other: not at these sizes */
+    expect(f, spec, "true", on, on);
 }
 
 static void test_one_kind_settles_at_submission(void **state) {
     fixture *f = *state;
-    static const struct { const char *spec, *want; int cpu_recomputes; } c[] = {
-        { SPEC(",\"device\":\"cpu\""), "false", 0 },
-        { SPEC(",\"device\":\"cuda\""), "true", 1 },
-        { SPEC(",\"device\":\"cuda:0\""), "true", 1 },
-        { SPEC(",\"device\":\"cpu\",\"recompute\":true"), "true", 1 },
-        { SPEC(",\"recompute\":false"), "false", 0 },
-        { SPEC(",\"recompute\":true"), "true", 1 },
+    static const struct { const char *spec, *want; } c[] = {
+        { SPEC(",\"device\":\"cpu\""), "false" },
+        { SPEC(",\"device\":\"cuda\""), "true" },
+        { SPEC(",\"device\":\"cuda:0\""), "true" },
+        { SPEC(",\"device\":\"cpu\",\"recompute\":true"), "true" },
+        { SPEC(",\"recompute\":false"), "false" },
+        { SPEC(",\"recompute\":true"), "true" },
     };
     for (size_t i = 0; i < sizeof c / sizeof c[0]; i++) {
-        tq_job j;
-        assert_int_equal(submit(f, c[i].spec, &j), 201);
-        assert_string_equal(stored_recompute(&j), c[i].want);
         long long p = planned(c[i].spec, !strcmp(c[i].want, "true"));
-        assert_int_equal(j.planned_cpu_bytes, p);
-        assert_int_equal(j.planned_gpu_bytes, p + GPU_EXTRA);
-        tq_job_free(&j);
+        expect(f, c[i].spec, c[i].want, p, p);
     }
 }
 
