@@ -94,11 +94,13 @@ MAIN_OBJ := $(MAIN_SRC:%.c=$(BUILD)/obj/%.o)
 TESTS    := $(TEST_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 LIB      := $(BUILD)/libtrainq.a
 
-# Objects remember how they were built: $(BUILD)/config holds the CUDA setting and EXTRA_CFLAGS,
-# is rewritten when make runs with other ones, and every object depends on it. So `make CUDA=0`
-# and then `make test` in the same BUILD rebuild the objects instead of linking
-# kernels/nocuda.o among the CUDA ones (undefined references to the CUDA backend).
-BUILD_CONFIG := CUDA=$(CUDA) EXTRA_CFLAGS=$(EXTRA_CFLAGS)
+# Objects remember how they were built: $(BUILD)/config holds the CUDA setting and the compilers'
+# flags (EXTRA_CFLAGS and the Makefile's own), is rewritten when make runs with other ones, and
+# every object depends on it. So `make CUDA=0` and then `make test` in the same BUILD rebuild the
+# objects instead of linking kernels/nocuda.o among the CUDA ones (undefined references to the
+# CUDA backend), and a flag changed here (-fno-math-errno, say) reaches every object, not only
+# those whose sources changed.
+BUILD_CONFIG := CUDA=$(CUDA) CC=$(CC) CFLAGS=$(CFLAGS) NVCCFLAGS=$(NVCCFLAGS)
 ifneq ($(file <$(BUILD)/config),$(BUILD_CONFIG))
   $(shell mkdir -p $(BUILD))
   $(file >$(BUILD)/config,$(BUILD_CONFIG))
