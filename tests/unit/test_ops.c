@@ -1758,7 +1758,7 @@ static void test_adamw(void **state) {
 
 /* ---- data ---- */
 
-/* one image shape; W·C above 3072 takes the per-pixel loop instead of the row loop */
+/* one image shape; a row of W·C above 3072 values is loaded in more than one piece */
 static void load_batch_shape(int H, int W) {
     int N = 5, C = 3, pad = 2, n = 4;
     size_t isz = (size_t)H * W * C;
