@@ -37,7 +37,7 @@ static const float *fold_param(float *dst, const float *src, int cw, int rep) {
     return dst;
 }
 
-/* jw <= FOLD_MIN lanes (RED_CB channels, or a folded row's cw·rep) */
+/* jw <= FOLD_MIN lanes (RED_CB channels, or a folded row's cw·rep); nat: nat_mode's (below) */
 TQ_ALWAYS_INLINE void red_task(tq_dtype dt, tq_red_mode mode, int nat, size_t r0, size_t r1,
                                size_t ld, size_t col, int jw, const void *a, const void *b,
                                const void *mk, const float *off, double *o0, double *o1) {
@@ -60,7 +60,7 @@ TQ_ALWAYS_INLINE void red_task(tq_dtype dt, tq_red_mode mode, int nat, size_t r0
         size_t re = r1 - rb < RED_RB ? r1 : rb + RED_RB;
         float f0[FOLD_MIN], f1[FOLD_MIN];
         for (int j = 0; j < FOLD_MIN; j++) { f0[j] = 0; f1[j] = 0; }
-        if (dt == TQ_F16 && nat) tq_cpu_red_block_f16n(mode, rb, re, ld, col, jw, a, b, mk, of, f0, f1);
+        if (dt == TQ_F16 && nat == 2) tq_cpu_red_block_f16n(mode, rb, re, ld, col, jw, a, b, mk, of, f0, f1);
         else if (jw == RED_CB) red_block(dt, mode, rb, re, ld, col, RED_CB, a, b, mk, of, f0, f1);
         else if (jw == FOLD_MIN) red_block(dt, mode, rb, re, ld, col, FOLD_MIN, a, b, mk, of, f0, f1);
         else red_block(dt, mode, rb, re, ld, col, jw, a, b, mk, of, f0, f1);
@@ -97,9 +97,9 @@ __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 static void red_task_any(tq_dtype dt, tq_red_mode mode, int nat, size_t r0, size_t r1, size_t ld,
                          size_t col, int jw, const void *a, const void *b, const void *mk,
                          const float *of, double *o0, double *o1) {
-    if (dt == TQ_F32) RED_MODE_CALL(TQ_F32, mode, 0, r0, r1, ld, col, jw, a, b, mk, of, o0, o1);
+    if (dt == TQ_F32) RED_MODE_CALL(TQ_F32, mode, nat, r0, r1, ld, col, jw, a, b, mk, of, o0, o1);
     else if (dt == TQ_F16) RED_MODE_CALL(TQ_F16, mode, nat, r0, r1, ld, col, jw, a, b, mk, of, o0, o1);
-    else RED_MODE_CALL(TQ_BF16, mode, 0, r0, r1, ld, col, jw, a, b, mk, of, o0, o1);
+    else RED_MODE_CALL(TQ_BF16, mode, nat, r0, r1, ld, col, jw, a, b, mk, of, o0, o1);
 }
 
 void tq_cpu_chan_sums(tq_backend *be, tq_red_mode mode, size_t m, size_t ld, size_t c0, int cw,
@@ -123,7 +123,7 @@ void tq_cpu_chan_sums(tq_backend *be, tq_red_mode mode, size_t m, size_t ld, siz
     int ntask = (int)nseg * nblk;
     int nt = tq_cpu_nt(be);
     int par = (double)m * cw > TQ_PAR_MIN && ntask > 1;
-    int nat = nat_mode(dt) == 2;
+    int nat = nat_mode(dt);
 #pragma omp parallel for num_threads(nt) schedule(static) if (par)
     for (int t = 0; t < ntask; t++) {
         size_t seg = (size_t)(t / nblk);
