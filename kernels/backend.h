@@ -226,6 +226,8 @@ struct tq_backend {
     int threads;
     void *prof;                  /* train/profile.c's state while it times this backend's ops */
     char err[256];
+    unsigned nerr;               /* times err was set: memset0 and to_device return nothing, so
+                                  * their callers compare it before and after to see a failure */
 };
 
 /* The index of the first NULL operation in i (counting the function pointers after `name`), or
@@ -250,6 +252,8 @@ int tq_backend_over_limit(tq_backend *be, size_t bytes);
 tq_backend *tq_cpu_backend_new(int threads);
 void tq_backend_free(tq_backend *);             /* any backend: calls i->destroy, then frees */
 void tq_backend_seterr(tq_backend *, const char *fmt, ...);
+/* tests only: a definition returning 1 makes the CPU backend's next to_device fail */
+int tq_cpu_to_device_fails(void);
 
 /* The CUDA backend (kernels/cuda; kernels/nocuda.c in a build without nvcc).
  * tq_cuda_backend_new: device ordinal `device`; `benchmark` = cudnn_benchmark (time the best

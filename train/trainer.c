@@ -128,14 +128,20 @@ typedef struct {
     int64_t prof_from;
 } run_ctx;
 
+/* memset0 and to_device return nothing: their failure (a GPU's) shows as be->err set again,
+ * nerr moved past what it was before them. Work that reads what they wrote is not issued
+ * after one: a CUDA graph, for one, would replay the last step's indices or learning rate. */
+static int transfers_failed(const tq_backend *be, unsigned nerr) { return be->nerr != nerr; }
+
 static int upload_split(run_ctx *r, const tq_split *s, uint8_t **img, uint8_t **lab) {
     size_t px = (size_t)s->h * s->w * s->c;
     *img = r->be->i->alloc(r->be, s->n * px > 0 ? s->n * px : 1);
     *lab = r->be->i->alloc(r->be, s->n ? s->n : 1);
     if (!*img || !*lab) return TQ_ENOMEM;
+    unsigned nerr = r->be->nerr;
     r->be->i->to_device(r->be, *img, s->images, s->n * px);
     r->be->i->to_device(r->be, *lab, s->labels, s->n);
-    return TQ_OK;
+    return transfers_failed(r->be, nerr) ? TQ_EDEVICE : TQ_OK;
 }
 
 /* The loader op alone: n samples whose indices (and augmentation draws, when aug) are already
@@ -152,8 +158,10 @@ static int load_ops(run_ctx *r, int n, const uint8_t *img, const uint8_t *lab, i
 /* Loads n samples idx_host[0..n) of a split into the input and labels tensors. */
 static int load(run_ctx *r, int n, const uint8_t *img, const uint8_t *lab, const tq_aug *aug) {
     tq_backend *be = r->be;
+    unsigned nerr = be->nerr;
     be->i->to_device(be, r->e.idx, r->idx_host, sizeof(int32_t) * n);
     if (aug) be->i->to_device(be, r->e.aug, aug, sizeof(tq_aug) * n);
+    if (transfers_failed(be, nerr)) return TQ_EDEVICE;
     return load_ops(r, n, img, lab, aug != NULL);
 }
 
@@ -466,6 +474,7 @@ static int ds_launch(step_loop *L, int64_t s, int marked, step_ref *out) {
     if (epoch != r->perm_epoch) { tq_epoch_order(r->perm, L->N, sp->seed, epoch, sp->shuffle); r->perm_epoch = epoch; }
     int rc = TQ_OK;
     if (marked && (rc = I->fetch_begin(be, 2 + (int)(s % 2), NULL, 0))) return rc;
+    unsigned nerr = be->nerr;   /* transfers_failed */
     I->memset0(be, e->grads, g->nparam_elems * 4);
     I->memset0(be, e->scalars, 3 * sizeof(float));
     double lr = tq_lr_at(sp, s, L->total);
@@ -483,13 +492,16 @@ static int ds_launch(step_loop *L, int64_t s, int marked, step_ref *out) {
         in.bc2_b = (float)(1.0 - pow(b2, (double)(t + 1)));
     }
     I->to_device(be, tq_engine_din(e), &in, sizeof in);
+    if (transfers_failed(be, nerr)) rc = TQ_EDEVICE;
     size_t extent = 0;
     for (int j = 0; j < accum && !rc; j++) {
         int64_t k = (s % L->spe) * accum + j;
+        nerr = be->nerr;   /* an op of the last micro-batch may have set err and recovered */
         for (int q = 0; q < b; q++) r->idx_host[q] = r->perm[k * b + q];
         if (sp->augment) tq_aug_draw(r->aug_host, b, sp->seed, (uint64_t)(s * accum + j), AUG_PAD);
         I->to_device(be, e->idx, r->idx_host, sizeof(int32_t) * b);
         if (sp->augment) I->to_device(be, e->aug, r->aug_host, sizeof(tq_aug) * b);
+        if (transfers_failed(be, nerr)) { rc = TQ_EDEVICE; break; }
         if (L->g_mb) {
             rc = I->graph_launch(be, L->g_mb);
             tq_engine_count_microbatch(e);
@@ -813,8 +825,11 @@ int tq_train(const tq_spec *sp, const tq_run_opts *o, tq_summary *sum) {
     if ((rc = tq_engine_new(&r.e, r.be, g, sp->optimizer.type, momentum_buf(sp), err, sizeof err))) {
         fail(sum, TQ_ERR_OUT_OF_MEMORY, err); goto done;
     }
-    if (upload_split(&r, &ds.train, &r.train_img, &r.train_lab) || upload_split(&r, &ds.test, &r.test_img, &r.test_lab)) {
-        fail(sum, TQ_ERR_OUT_OF_MEMORY, "out of memory uploading the dataset"); rc = TQ_ENOMEM; goto done;
+    if ((rc = upload_split(&r, &ds.train, &r.train_img, &r.train_lab)) ||
+        (rc = upload_split(&r, &ds.test, &r.test_img, &r.test_lab))) {
+        if (rc == TQ_ENOMEM) fail(sum, TQ_ERR_OUT_OF_MEMORY, "out of memory uploading the dataset");
+        else fail(sum, TQ_ERR_BACKEND_ERROR, r.be->err);
+        goto done;
     }
     for (int c = 0; c < 3; c++) { r.mean[c] = ds.mean[c]; r.inv_std[c] = 1.0f / ds.std[c]; }
     r.idx_host = malloc(sizeof(int32_t) * b);

@@ -23,6 +23,7 @@ void tq_backend_seterr(tq_backend *be, const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(be->err, sizeof be->err, fmt, ap);
     va_end(ap);
+    be->nerr++;
 }
 
 int tq_backend_over_limit(tq_backend *be, size_t bytes) {
@@ -74,6 +75,16 @@ static void cpu_free(tq_backend *be, void *p) {
 static void cpu_memset0(tq_backend *be, void *p, size_t bytes) { if (bytes) memset(p, 0, bytes); }
 static void cpu_copy(tq_backend *be, void *dst, const void *src, size_t bytes) {
     if (bytes && dst != src) memmove(dst, src, bytes);
+}
+/* A CPU's copies cannot fail; a GPU's can. Tests define this (weak here: 0, never) to make
+ * one to_device fail as a GPU's would and check that the trainer notices (test_devstep.c). */
+__attribute__((weak)) int tq_cpu_to_device_fails(void) { return 0; }
+static void cpu_to_device(tq_backend *be, void *dst, const void *src, size_t bytes) {
+    if (tq_cpu_to_device_fails()) {
+        tq_backend_seterr(be, "to_device: %zu bytes not copied (a failure a test asked for)", bytes);
+        return;
+    }
+    cpu_copy(be, dst, src, bytes);
 }
 static void cpu_sync(tq_backend *be) { (void)be; }
 static double cpu_now_ms(tq_backend *be) {
@@ -175,7 +186,7 @@ static const tq_backend_i cpu_iface = {
     .alloc = cpu_alloc,
     .free = cpu_free,
     .memset0 = cpu_memset0,
-    .to_device = cpu_copy,
+    .to_device = cpu_to_device,
     .to_host = cpu_copy,
     .copy = cpu_copy,
     .sync = cpu_sync,

@@ -94,7 +94,11 @@ typedef struct {
     tqc_ctx c;
     blk *blks;
     size_t nblk, cap;
-    cudaEvent_t t0;
+    cudaEvent_t t0;                     /* the clock's reference event, at t0_ms */
+    double t0_ms;
+    uint64_t seq;                       /* events recorded for the clock so far */
+    uint64_t fetch_seq[TQ_FETCH_SLOTS]; /* when each fetch slot's event was recorded */
+    int fetch_open[TQ_FETCH_SLOTS];     /* begun and not yet ended */
     stg_slot stg[STG_SLOTS];
     int stg_next;
     void *fetch;                        /* pinned, TQ_FETCH_SLOTS × TQ_FETCH_BYTES */
@@ -145,8 +149,9 @@ static void cu_free(tq_backend *be, void *p) {
     tq_backend_seterr(be, "free: %p was not allocated by this backend", p);
 }
 
-/* The void slots cannot return a status: a failure is kept in be->err and sticks to the
- * stream, so the next op (or the step's sync) reports it. */
+/* The void slots cannot return a status: a failure is kept in be->err (be->nerr moves, which
+ * the trainer checks before it issues work that reads the copy) and mostly sticks to the
+ * stream, so the next op (or the step's sync) reports it too. */
 static void cu_memset0(tq_backend *be, void *p, size_t bytes) {
     if (bytes) tqc_cuda_fail(be, cudaMemsetAsync(p, 0, bytes, tqc(be)->stream), "cudaMemsetAsync", __FILE__, __LINE__);
 }
@@ -184,17 +189,41 @@ static void cu_sync(tq_backend *be) {
     tqc_cuda_fail(be, cudaStreamSynchronize(tqc(be)->stream), "cudaStreamSynchronize", __FILE__, __LINE__);
 }
 
-/* Milliseconds on the device's clock: an event recorded on the stream, measured against the
- * first event of the backend. Called after sync, so the event is complete at once. */
+/* The device's clock, in ms since the backend started: a completed event's time is t0_ms plus
+ * cudaEventElapsedTime from the reference event t0. That call gives a float, whose 24 bits
+ * would step by 0.25 ms after 35 minutes and by 8 ms after a day, so the reference moves up:
+ * once an event measured is more than CLOCK_REBASE_MS past it, that event becomes the
+ * reference (the two handles swap; the old reference is free to be recorded again) and the
+ * float never holds more than about a second. An event recorded before the new reference and
+ * not yet read would measure negative against it, so the move waits until every open fetch
+ * slot was recorded after the event (seq: the order of the records). */
+#define CLOCK_REBASE_MS 1000.0
+
+static int clock_read(tq_backend *be, cudaEvent_t *ev, uint64_t seq, double *t_ms) {
+    ctx_full *f = (ctx_full *)be->ctx;
+    float ms = 0;
+    TQC_CHECK(be, cudaEventElapsedTime(&ms, f->t0, *ev));
+    *t_ms = f->t0_ms + ms;
+    if (ms <= CLOCK_REBASE_MS) return TQ_OK;
+    for (int i = 0; i < TQ_FETCH_SLOTS; i++)
+        if (f->fetch_open[i] && &f->fetch_ev[i] != ev && f->fetch_seq[i] < seq) return TQ_OK;
+    cudaEvent_t old = f->t0;
+    f->t0 = *ev;
+    f->t0_ms = *t_ms;
+    *ev = old;
+    return TQ_OK;
+}
+
+/* Milliseconds on the device's clock: an event recorded on the stream (the last one so far).
+ * Called after sync, so the event is complete at once. */
 static double cu_now_ms(tq_backend *be) {
     ctx_full *f = (ctx_full *)be->ctx;
     tqc_ctx *c = &f->c;
-    cudaEventRecord(c->ev, c->stream);
-    cudaEventSynchronize(c->ev);
-    float ms = 0;
-    cudaEventElapsedTime(&ms, f->t0, c->ev);
+    double t = f->t0_ms;
+    if (cudaEventRecord(c->ev, c->stream) == cudaSuccess && cudaEventSynchronize(c->ev) == cudaSuccess)
+        clock_read(be, &c->ev, ++f->seq, &t);
     cudaGetLastError();
-    return ms;
+    return t;
 }
 
 /* ---- CUDA graphs ---- */
@@ -271,6 +300,8 @@ static int cu_fetch_begin(tq_backend *be, int slot, const void *src, size_t byte
         TQC_CHECK(be, cudaMemcpyAsync((char *)f->fetch + (size_t)slot * TQ_FETCH_BYTES, src, bytes,
                                       cudaMemcpyDeviceToHost, f->c.stream));
     TQC_CHECK(be, cudaEventRecord(f->fetch_ev[slot], f->c.stream));
+    f->fetch_seq[slot] = ++f->seq;
+    f->fetch_open[slot] = 1;
     return TQ_OK;
 }
 
@@ -281,13 +312,12 @@ static int cu_fetch_end(tq_backend *be, int slot, void *dst, size_t bytes, doubl
         return TQ_EINVAL;
     }
     TQC_CHECK(be, cudaEventSynchronize(f->fetch_ev[slot]));
+    f->fetch_open[slot] = 0;
     if (bytes) memcpy(dst, (const char *)f->fetch + (size_t)slot * TQ_FETCH_BYTES, bytes);
-    if (t_ms) {
-        float ms = 0;
-        TQC_CHECK(be, cudaEventElapsedTime(&ms, f->t0, f->fetch_ev[slot]));
-        *t_ms = ms;
-    }
-    return TQ_OK;
+    double t = 0;
+    int rc = clock_read(be, &f->fetch_ev[slot], f->fetch_seq[slot], &t);
+    if (t_ms) *t_ms = t;
+    return rc;
 }
 
 static int cu_mem_info(tq_backend *be, size_t *free_bytes, size_t *total_bytes) {

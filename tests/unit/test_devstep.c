@@ -424,6 +424,41 @@ static void test_stop_in_flight_and_resume(void **state) {
     free(full); free(part); free(d1); free(d2);
 }
 
+/* The CPU backend's to_device counts its calls here and fails the g_td_fail_at-th (0: none);
+ * a GPU's copy can fail, and memset0/to_device return nothing (backend.h nerr). */
+static int g_td_calls, g_td_fail_at;
+int tq_cpu_to_device_fails(void) { return ++g_td_calls == g_td_fail_at; }
+
+static void test_failed_transfer_fails_the_job(void **state) {
+    (void)state;
+    const char *js = "{\"model\":\"cnn\",\"batch_size\":16,\"accum_steps\":2,\"steps\":6,\"augment\":true,"
+                     "\"eval_every\":0," SYN "}";
+    char *d = tmpdir();
+    recs *r = calloc(1, sizeof *r);
+    tq_summary s;
+    int total[2];
+    for (int dev = 0; dev < 2; dev++) {   /* the plain loop, the device-step loop */
+        g_td_calls = 0; g_td_fail_at = 0;
+        assert_int_equal(run(js, d, r, &s, dev), 0);
+        assert_string_equal(s.state, "succeeded");
+        total[dev] = g_td_calls;
+        /* the dataset's upload, the first micro-batch's indices, one in the middle, the last */
+        int at[] = { 1, 3, total[dev] / 2, total[dev] };
+        for (size_t k = 0; k < sizeof at / sizeof *at; k++) {
+            g_td_calls = 0; g_td_fail_at = at[k];
+            assert_int_not_equal(run(js, d, r, &s, dev), 0);
+            if (strcmp(s.state, "failed") || strcmp(s.error_code, "backend_error") ||
+                !strstr(s.error_message, "not copied"))
+                fail_msg("%s loop, to_device %d of %d failed: state %s, %s: %s", dev ? "device-step" : "plain",
+                         at[k], total[dev], s.state, s.error_code, s.error_message);
+        }
+    }
+    g_td_fail_at = 0;
+    printf("# to_device calls in a run: %d (plain), %d (device step); each failure checked failed the job\n",
+           total[0], total[1]);
+    free(r); free(d);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_scaler_update_matches_host),
@@ -433,6 +468,7 @@ int main(void) {
         cmocka_unit_test(test_device_step_loop_identical),
         cmocka_unit_test(test_cuda_graphs_on_cpu_is_ignored),
         cmocka_unit_test(test_stop_in_flight_and_resume),
+        cmocka_unit_test(test_failed_transfer_fails_the_job),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
