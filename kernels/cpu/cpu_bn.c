@@ -37,16 +37,18 @@ static const float *fold_param(float *dst, const float *src, int cw, int rep) {
     return dst;
 }
 
-/* jw <= FOLD_MIN lanes (RED_CB channels, or a folded row's cw·rep); nat: nat_mode's (below) */
+/* jw <= TQ_CGROUP lanes (a group's channels, or a folded row's cw·rep); nat: nat_mode's (below).
+ * Each block of RED_RB rows is summed FOLD_MIN lanes at a time, so its rows come from memory
+ * once and its later lanes from cache: tasks of 16 channels each, side by side, had read every
+ * cache line of a 64-channel row once per task, and the reductions ran at half the memory's
+ * speed (a quarter at 256 channels). Each lane's additions are the same either way. */
 TQ_ALWAYS_INLINE void red_task(tq_dtype dt, tq_red_mode mode, int nat, size_t r0, size_t r1,
                                size_t ld, size_t col, int jw, const void *a, const void *b,
                                const void *mk, const float *off, double *o0, double *o1) {
-    double acc0[FOLD_MIN], acc1[FOLD_MIN];
-    float of[FOLD_MIN];
-    for (int j = 0; j < FOLD_MIN; j++) {
-        acc0[j] = 0; acc1[j] = 0;
-        of[j] = off && j < jw ? off[j] : 0.0f;
-    }
+    double acc0[TQ_CGROUP], acc1[TQ_CGROUP];
+    float of[TQ_CGROUP + FOLD_MIN];   /* zeros past jw: red_block's FOLD_MIN path reads them */
+    for (int j = 0; j < jw; j++) { acc0[j] = 0; acc1[j] = 0; }
+    for (int j = 0; j < TQ_CGROUP + FOLD_MIN; j++) of[j] = off && j < jw ? off[j] : 0.0f;
     if (mode == TQ_RED_SUM) {
         /* bias gradients (Σ dy with cancellation, added over microbatches): double per row */
         for (size_t r = r0; r < r1; r++) {
@@ -58,17 +60,22 @@ TQ_ALWAYS_INLINE void red_task(tq_dtype dt, tq_red_mode mode, int nat, size_t r0
     }
     for (size_t rb = r0; rb < r1; rb += RED_RB) {
         size_t re = r1 - rb < RED_RB ? r1 : rb + RED_RB;
-        float f0[FOLD_MIN], f1[FOLD_MIN];
-        for (int j = 0; j < FOLD_MIN; j++) { f0[j] = 0; f1[j] = 0; }
-        if (dt == TQ_F16 && nat == 2) tq_cpu_red_block_f16n(mode, rb, re, ld, col, jw, a, b, mk, of, f0, f1);
-        else if (jw == RED_CB) red_block(dt, mode, rb, re, ld, col, RED_CB, a, b, mk, of, f0, f1);
-        else if (jw == FOLD_MIN) red_block(dt, mode, rb, re, ld, col, FOLD_MIN, a, b, mk, of, f0, f1);
-        else red_block(dt, mode, rb, re, ld, col, jw, a, b, mk, of, f0, f1);
-        for (int j = 0; j < FOLD_MIN; j++) { acc0[j] += f0[j]; acc1[j] += f1[j]; }
+        for (int j0 = 0; j0 < jw; j0 += FOLD_MIN) {
+            int w = jw - j0 < FOLD_MIN ? jw - j0 : FOLD_MIN;
+            size_t c = col + (size_t)j0;
+            const float *o = of + j0;
+            float f0[FOLD_MIN], f1[FOLD_MIN];
+            for (int j = 0; j < FOLD_MIN; j++) { f0[j] = 0; f1[j] = 0; }
+            if (dt == TQ_F16 && nat == 2) tq_cpu_red_block_f16n(mode, rb, re, ld, c, w, a, b, mk, o, f0, f1);
+            else if (w == RED_CB) red_block(dt, mode, rb, re, ld, c, RED_CB, a, b, mk, o, f0, f1);
+            else if (w == FOLD_MIN) red_block(dt, mode, rb, re, ld, c, FOLD_MIN, a, b, mk, o, f0, f1);
+            else red_block(dt, mode, rb, re, ld, c, w, a, b, mk, o, f0, f1);
+            for (int j = 0; j < w; j++) { acc0[j0 + j] += f0[j]; acc1[j0 + j] += f1[j]; }
+        }
     }
     for (int j = 0; j < jw; j++) {
         o0[j] = acc0[j];
-        if (mode != TQ_RED_SUM) o1[j] = acc1[j];
+        o1[j] = acc1[j];
     }
 }
 
@@ -112,16 +119,23 @@ void tq_cpu_chan_sums(tq_backend *be, tq_red_mode mode, size_t m, size_t ld, siz
     const float *poff = off ? fold_param(foff, off, cw, rep) : NULL;
     size_t fm = m / rep, fld = ld * (size_t)rep;
     int lanes = cw * rep;                            /* lanes of the rows the tasks see */
-    int bw = rep > 1 ? lanes : RED_CB;               /* lanes per task */
-    int nblk = (lanes + bw - 1) / bw;
     size_t nseg = fm / RED_SEG_ROWS;
     if (nseg > RED_MAXSEG) nseg = RED_MAXSEG;
     if (nseg > (size_t)(RED_PART / lanes)) nseg = (size_t)(RED_PART / lanes);
     if (nseg < 1) nseg = 1;
+    /* a task per segment with every lane; where there are fewer segments than threads, the
+     * lanes split into as many blocks (multiples of RED_CB) as it takes to give each thread a
+     * task: no lane's additions depend on it, only on the segments */
+    int nt = tq_cpu_nt(be);
+    int bw = lanes;                                  /* lanes per task */
+    if ((int)nseg < nt) {
+        int want = (nt + (int)nseg - 1) / (int)nseg;
+        bw = ((lanes + want - 1) / want + RED_CB - 1) / RED_CB * RED_CB;
+    }
+    int nblk = (lanes + bw - 1) / bw;
     int direct = nseg == 1 && rep == 1;              /* tasks write s0, s1 themselves */
     double part0[RED_PART], part1[RED_PART];
     int ntask = (int)nseg * nblk;
-    int nt = tq_cpu_nt(be);
     int par = (double)m * cw > TQ_PAR_MIN && ntask > 1;
     int nat = nat_mode(dt);
 #pragma omp parallel for num_threads(nt) schedule(static) if (par)
