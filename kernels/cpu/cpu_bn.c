@@ -171,6 +171,15 @@ void tq_cpu_chan_sums(tq_backend *be, tq_red_mode mode, size_t m, size_t ld, siz
     }
 }
 
+void tq_cpu_bias_grad(tq_backend *be, size_t m, int K, tq_dtype dt, const void *dy, float *db) {
+    for (int c0 = 0; c0 < K; c0 += TQ_CGROUP) {
+        int cw = K - c0 < TQ_CGROUP ? K - c0 : TQ_CGROUP;
+        double s0[TQ_CGROUP];
+        tq_cpu_chan_sums(be, TQ_RED_SUM, m, (size_t)K, (size_t)c0, cw, dt, dy, NULL, NULL, NULL, s0, NULL);
+        for (int j = 0; j < cw; j++) db[c0 + j] += (float)s0[j];
+    }
+}
+
 /* the normalisation pass is the hottest element-wise loop of a ResNet step (its recomputation
  * included): built for AVX-512 and AVX2 too, the one that runs picked when the program loads.
  * The same C arithmetic (ISO C: no FMA contraction), so the same bits on every machine. */

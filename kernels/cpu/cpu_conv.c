@@ -585,16 +585,7 @@ static int conv_bwd_filter_impl(tq_backend *be, const char *nm, const tq_conv_de
     if (rc) return rc;
     const int K = g.k, direct = dt == TQ_F32 && g.direct;
     float *wsf = ws;
-    if (db) {
-        size_t m = (size_t)g.n * g.pq;
-        for (int c0 = 0; c0 < K; c0 += TQ_CGROUP) {
-            int cw = K - c0 < TQ_CGROUP ? K - c0 : TQ_CGROUP;
-            double s0[TQ_CGROUP];
-            tq_cpu_chan_sums(be, TQ_RED_SUM, m, (size_t)K, (size_t)c0, cw, dt, dy, NULL, NULL, NULL, s0,
-                             NULL);
-            for (int j = 0; j < cw; j++) db[c0 + j] += (float)s0[j];
-        }
-    }
+    if (db) tq_cpu_bias_grad(be, (size_t)g.n * g.pq, K, dt, dy, db);
     if (!dw) return TQ_OK;
     double flops = 2.0 * g.n * g.pq * K * g.rsc;
     size_t nwk = (size_t)K * g.rsc, wsz = up16(nwk);

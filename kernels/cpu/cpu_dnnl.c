@@ -20,6 +20,8 @@
  *   bwd_filter: conv_bwd_weights(x, dy) → dWt, dbt (workspace), then dw += dWt (reorder with
  *               sum), db[k] += dbt[k]; where the caller has no bias (db NULL), a primitive
  *               without the bias gradient, conv_bwd_weights(x, dy) → dWt.
+ *               bf16 with AMX on small maps and many channels (gemm_route): dw += dyᵀ · im2col(x),
+ *               oneDNN matmuls over chunks of images (bwdw_gemm), db from the backend's sums.
  *
  * Caching: one entry per descriptor (all of tq_conv_desc, N included), each kind (fwd,
  * bwd_data, bwd_filter) created on its first use (conv_ws creates all three) with its memory
@@ -92,6 +94,12 @@ typedef struct dconv {
      * convolution before a batch-norm; NULL where oneDNN has none, or for inner products) */
     dstep w[2], w_wr[2];
     size_t w_wb[2];
+    /* bwd_filter as GEMMs instead (gm; see bwdw_gemm): matmuls over gm_nb images, and over the
+     * gm_nlast of a shorter last chunk (gm_last; p NULL when there is none); the chunk's cols
+     * take gm_cols bytes */
+    int gm, gm_nb, gm_nlast;
+    dstep gm_full, gm_last;
+    size_t gm_cols;
     struct dconv *next;
 } dconv;
 
@@ -152,7 +160,8 @@ static void step_free(dstep *s) {
 }
 
 static void conv_free(dconv *c) {
-    dstep *all[] = { &c->f, &c->f_wr, &c->b, &c->b_wr, &c->t, &c->t_wr, &c->w[0], &c->w_wr[0], &c->w[1], &c->w_wr[1] };
+    dstep *all[] = { &c->f, &c->f_wr, &c->b, &c->b_wr, &c->t, &c->t_wr, &c->w[0], &c->w_wr[0], &c->w[1],
+                     &c->w_wr[1], &c->gm_full, &c->gm_last };
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) step_free(all[i]);
     if (c->fpd) dnnl_primitive_desc_destroy(c->fpd);
     free(c->zero);
@@ -375,8 +384,13 @@ static void lay_bwdd_tr(const dconv *c, wlay *L) {
     L->w = put(L, c->t_wb);
     L->sp = put(L, mx(c->t.sp, c->t_wr.sp));
 }
-static void lay_bwdw(const dconv *c, wlay *L) {   /* both variants */
+static void lay_bwdw(const dconv *c, wlay *L) {   /* both variants, or the GEMMs' */
     memset(L, 0, sizeof *L);
+    if (c->gm) {
+        L->tmp = put(L, c->gm_cols);
+        L->sp = put(L, mx(c->gm_full.sp, c->gm_last.sp));
+        return;
+    }
     L->dw = put(L, mx(c->w_wb[0], c->w_wb[1]));
     L->db = put(L, (size_t)c->d.k * 4);
     L->sp = put(L, mx(mx(c->w[0].sp, c->w_wr[0].sp), mx(c->w[1].sp, c->w_wr[1].sp)));
@@ -493,11 +507,144 @@ static int make_bwdw_variant(tq_dnnl *D, dconv *c, const dgeom *g, int bias) {
     return rc ? -1 : 0;
 }
 
+/* ---- the weight gradient as GEMMs ----
+ *
+ * oneDNN 2.6's AMX weight-gradient kernel (jit:avx512_core_amx_bf16) slows down where a
+ * convolution's output maps are small and its channels many: 3×3, batch 128, 2 Xeon cores,
+ * 512 channels on 4×4 maps took 35 ms a call (280 GFLOP/s; the forward of the same shape runs
+ * at 780). There the weight gradient is one GEMM with a long reduction,
+ *   dW[K][R·S·C] += dyᵀ[K][N·P·Q] · cols[N·P·Q][R·S·C]     (cols: x's im2col rows),
+ * which oneDNN's matmul (AMX brgemm for bf16) runs well: chunks of gm_nb images (GM_IMAGES, at
+ * most GM_COLS_BYTES of cols), each chunk's cols copied out of x (bf16 stays bf16: exact), its
+ * product added into dW by the matmul's sum post-op. dW is KRSC, the matmul's row-major
+ * [K][R·S·C]: nothing is reordered. f32 accumulation in both, in another order.
+ * Per call, conv kernel → GEMMs, ms (bf16, batch 128, 3×3, same machine; stride 1 unless s2):
+ *   4×4 512→512 35.5 → 9.3, 2×2 25.3 → 2.2, 7×7 44.3 → 27.3, 8×8 256→256 11.1 → 8.4,
+ *   4×4 256→256 6.3 → 2.1; s2 8×8 256→512 26.5 → 4.0, s2 16×16 128→256 13.1 → 5.4;
+ *   but 8×8 64→64 1.3 → 1.7, 16×16 128→128 8.4 → 15.0, 14×14 256→256 25.2 → 31.4,
+ *   32×32 64→64 7.4 → 41.8; f32 (jit:avx512_core) gained nowhere but s2 8×8 256→512 (1.3×).
+ * So: bf16 where oneDNN has AMX, output maps of at most 64 positions and K >= 256 (every such
+ * shape measured won, 1.26-11×). TQ_CPU_BWDW_GEMM=0 never takes it, =1 takes it for every f32
+ * and bf16 convolution (how the tests run it on any CPU). */
+#define GM_IMAGES 32
+#define GM_COLS_BYTES ((size_t)16 << 20)
+
+static int gm_mode = -1;   /* -1: TQ_CPU_BWDW_GEMM decides; 0 never; 1 by the rule; 2 always */
+
+void tq_cpu_bwdw_gemm_set(int mode) { gm_mode = mode; }
+
+static int gemm_route(const dconv *c, const dgeom *g) {
+    int mode = gm_mode;
+    if (mode < 0) {
+        const char *e = getenv("TQ_CPU_BWDW_GEMM");
+        mode = e && !strcmp(e, "0") ? 0 : e && !strcmp(e, "1") ? 2 : 1;
+    }
+    if (mode == 0) return 0;
+    if (mode == 2) return 1;
+    return c->dt == TQ_BF16 && (dnnl_get_effective_cpu_isa() & 0x3e7) == 0x3e7 &&
+           (size_t)g->p * g->q <= 64 && c->d.k >= 256;
+}
+
+/* the matmul of a chunk of nb images: dst[K][RSC] += a[K][rows] · b[rows][RSC], a the chunk's dy
+ * read transposed (dy is [rows][K]) */
+static int make_gm_step(tq_dnnl *D, dconv *c, const dgeom *g, int nb, dstep *s) {
+    const tq_conv_desc *d = &c->d;
+    const dnnl_dim_t K = d->k, rows = (dnnl_dim_t)nb * g->p * g->q, rsc = (dnnl_dim_t)d->r * d->s * d->x.c;
+    const dnnl_data_type_t t = dnnl_dt(c->dt);
+    dnnl_dims_t ad = { K, rows }, as = { 1, K }, bd = { rows, rsc }, bs = { rsc, 1 }, cd = { K, rsc }, cs = { rsc, 1 };
+    dnnl_memory_desc_t a, b, o;
+    dnnl_matmul_desc_t md;
+    if (dnnl_memory_desc_init_by_strides(&a, 2, ad, t, as) != dnnl_success ||
+        dnnl_memory_desc_init_by_strides(&b, 2, bd, t, bs) != dnnl_success ||
+        dnnl_memory_desc_init_by_strides(&o, 2, cd, dnnl_f32, cs) != dnnl_success ||
+        dnnl_matmul_desc_init(&md, &a, &b, NULL, &o) != dnnl_success)
+        return -1;
+    dnnl_primitive_attr_t at = make_attr(1.0f);
+    if (!at) return -1;
+    dnnl_primitive_desc_t pd = NULL;
+    dnnl_status_t st = dnnl_primitive_desc_create(&pd, &md, at, D->eng, NULL);
+    dnnl_primitive_attr_destroy(at);
+    if (st != dnnl_success) return -1;
+    static const int args[] = { DNNL_ARG_SRC, DNNL_ARG_WEIGHTS, DNNL_ARG_DST };
+    int rc = step_make(D, s, pd, args, 3);
+    dnnl_primitive_desc_destroy(pd);
+    return rc;
+}
+
+static int make_gm(tq_dnnl *D, dconv *c, const dgeom *g) {
+    const tq_conv_desc *d = &c->d;
+    size_t img = (size_t)g->p * g->q * d->r * d->s * d->x.c * esize(c->dt);   /* one image's cols */
+    size_t nb = GM_COLS_BYTES / img;
+    if (nb > GM_IMAGES) nb = GM_IMAGES;
+    if (nb < 1) nb = 1;
+    if (nb > (size_t)d->x.n) nb = (size_t)d->x.n;
+    c->gm_nb = (int)nb;
+    c->gm_nlast = d->x.n % c->gm_nb;
+    c->gm_cols = nb * img;
+    if (make_gm_step(D, c, g, c->gm_nb, &c->gm_full) ||
+        (c->gm_nlast && make_gm_step(D, c, g, c->gm_nlast, &c->gm_last))) {
+        step_free(&c->gm_full);
+        step_free(&c->gm_last);
+        return -1;
+    }
+    c->gm = 1;
+    return 0;
+}
+
+/* cols[(i·P + p)·Q + q][(r·S + s)·C + ch] = x[n0 + i][p·stride − pad + r][q·stride − pad + s][ch]
+ * (zero outside x), for nb images: elements of es bytes copied as they are */
+static void gm_im2col(tq_backend *be, const tq_conv_desc *d, int P, int Q, size_t es, const void *x,
+                      int n0, int nb, unsigned char *cols) {
+    const int H = d->x.h, W = d->x.w, C = d->x.c, R = d->r, S = d->s;
+    const size_t run = (size_t)C * es, rsc = (size_t)R * S * run, rows = (size_t)nb * P * Q;
+    const unsigned char *xb = x;
+    int nt = rows * rsc >= (size_t)TQ_PAR_MIN ? tq_cpu_nt(be) : 1;
+#pragma omp parallel for num_threads(nt) schedule(static)
+    for (size_t t = 0; t < rows; t++) {
+        int q = (int)(t % Q), p = (int)(t / Q % P), i = (int)(t / ((size_t)P * Q));
+        unsigned char *dst = cols + t * rsc;
+        int ih0 = p * d->stride - d->pad, iw0 = q * d->stride - d->pad;
+        int s_lo = iw0 < 0 ? -iw0 : 0, s_hi = W - iw0 < S ? W - iw0 : S;
+        for (int r = 0; r < R; r++, dst += (size_t)S * run) {
+            int ih = ih0 + r;
+            if (ih < 0 || ih >= H || s_hi <= s_lo) {
+                memset(dst, 0, (size_t)S * run);
+                continue;
+            }
+            if (s_lo > 0) memset(dst, 0, (size_t)s_lo * run);
+            memcpy(dst + (size_t)s_lo * run,
+                   xb + ((((size_t)n0 + i) * H + ih) * W + iw0 + s_lo) * run, (size_t)(s_hi - s_lo) * run);
+            if (s_hi < S) memset(dst + (size_t)s_hi * run, 0, (size_t)(S - s_hi) * run);
+        }
+    }
+}
+
+static int bwdw_gemm(tq_backend *be, tq_dnnl *D, const dconv *c, const char *op, float *dw, float *db,
+                     const void *x, const void *dy, unsigned char *base) {
+    const tq_conv_desc *d = &c->d;
+    const int P = tq_conv_out(d->x.h, d->r, d->stride, d->pad), Q = tq_conv_out(d->x.w, d->s, d->stride, d->pad);
+    const size_t es = esize(c->dt), ypi = (size_t)P * Q * d->k * es;   /* dy bytes per image */
+    if (db) tq_cpu_bias_grad(be, (size_t)d->x.n * P * Q, d->k, c->dt, dy, db);
+    if (!dw) return TQ_OK;
+    wlay L;
+    lay_bwdw(c, &L);
+    unsigned char *cols = base + L.tmp;
+    for (int n0 = 0; n0 < d->x.n; n0 += c->gm_nb) {
+        int nb = d->x.n - n0 < c->gm_nb ? d->x.n - n0 : c->gm_nb;
+        gm_im2col(be, d, P, Q, es, x, n0, nb, cols);
+        void *p[] = { (unsigned char *)dy + (size_t)n0 * ypi, cols, dw };
+        int rc = step_run(be, D, (dstep *)(nb == c->gm_nb ? &c->gm_full : &c->gm_last), op, p, base + L.sp);
+        if (rc) return rc;
+    }
+    return TQ_OK;
+}
+
 /* Both variants for a convolution: without the bias gradient its kernels skip a reduction
  * over N·P·Q per output channel (resnet20's bf16 AMX kernels on 2 Xeon cores: 15% faster at
  * 16 channels, 5% at 64). The one without is optional: where it cannot be made, callers
  * without a bias take the other and drop the sums. */
 static int make_bwdw(tq_dnnl *D, dconv *c, const dgeom *g) {
+    if (!c->ip && gemm_route(c, g) && make_gm(D, c, g) == 0) return 0;
     if (make_fpd(D, c, g) || make_bwdw_variant(D, c, g, 1)) return -1;
     if (!c->ip && make_bwdw_variant(D, c, g, 0)) {
         step_free(&c->w[0]);
@@ -551,6 +698,12 @@ static int need_direct(tq_backend *be, const tq_conv_desc *d, tq_dtype dt, int i
     if (!c) return 0;
     *bytes = need_of(c, kind);
     return 1;
+}
+
+int tq_dnnl_bwdw_is_gemm(tq_backend *be, const tq_conv_desc *d, tq_dtype dt) {
+    tq_dnnl *D;
+    const dconv *c = lookup(be, d, dt, 0, K_BWDW, &D);
+    return c && c->gm;
 }
 
 /* the aligned base of ws, after checking that ws holds `need` bytes */
@@ -688,6 +841,7 @@ static int bwdw_direct(tq_backend *be, const tq_conv_desc *d, tq_dtype dt, int i
     if (!base) return TQ_EINVAL;
     if (!dw && !db) return TQ_OK;
     set_threads(be);
+    if (c->gm) return bwdw_gemm(be, D, c, op, dw, db, x, dy, base);
     wlay L;
     lay_bwdw(c, &L);
     float *dbt = (float *)(base + L.db);

@@ -98,6 +98,8 @@ int tq_cpu_maxpool_bwd_rows_f16n(tq_shape s, int img, int oh, void *dx, float be
 void tq_cpu_chan_sums(tq_backend *be, tq_red_mode mode, size_t m, size_t ld, size_t c0, int cw,
                       tq_dtype dt, const void *a, const void *b, const void *mk, const float *off,
                       double *s0, double *s1);
+/* db[k] += Σ over m rows of dy[row][k] (K channels a row): a bias gradient, summed in double */
+void tq_cpu_bias_grad(tq_backend *be, size_t m, int K, tq_dtype dt, const void *dy, float *db);
 
 /* memory / lifecycle: cpu_backend.c. be->ctx is a tq_cpu_ctx. */
 typedef struct tq_dnnl tq_dnnl;
@@ -121,6 +123,10 @@ typedef struct {
  * (0 fwd, 1 bwd_data, 2 bwd_filter) when oneDNN runs it, else 0. Descriptors must be valid
  * (geom-checked). */
 #define TQ_DNNL_NA 1
+/* tests: the weight gradient as GEMMs (cpu_dnnl.c) 0 never, 1 where the rule says, 2 for every
+ * f32/bf16 convolution, −1 as TQ_CPU_BWDW_GEMM says; read when a descriptor's kind is made */
+void tq_cpu_bwdw_gemm_set(int mode);
+int tq_dnnl_bwdw_is_gemm(tq_backend *, const tq_conv_desc *, tq_dtype dt);   /* its bwd_filter runs so */
 int tq_dnnl_conv_need(tq_backend *, const tq_conv_desc *, tq_dtype dt, int kind, size_t *bytes);
 int tq_dnnl_conv_fwd(tq_backend *, const tq_conv_desc *, tq_dtype dt, void *y, const void *x,
                      const void *w, const float *bias, void *ws, size_t ws_bytes);
