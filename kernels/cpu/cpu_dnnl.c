@@ -8,7 +8,8 @@
  * "weight gradients are added" hold.
  *
  *   fwd:        [reorder W → Wf]  conv_fwd(x, Wf, bias) → y. The primitive always has a bias;
- *               bias NULL passes K cached zeros.
+ *               bias NULL passes K cached zeros. bf16 with AMX on small maps and many channels
+ *               (gemm_route): y = im2col(x) · Wᵀ + bias, matmuls over chunks of images (run_gm).
  *   bwd_data:   beta 0: [reorder W → Wb]  conv_bwd_data(dy, Wb) → dx (overwrites).
  *               beta != 0, stride 1, pad <= R−1, S−1: the forward convolution of dy with the
  *               flipped, channel-transposed kernel Wt[c][r][s][k] = W[k][R−1−r][S−1−s][c]
@@ -21,7 +22,7 @@
  *               sum), db[k] += dbt[k]; where the caller has no bias (db NULL), a primitive
  *               without the bias gradient, conv_bwd_weights(x, dy) → dWt.
  *               bf16 with AMX on small maps and many channels (gemm_route): dw += dyᵀ · im2col(x),
- *               oneDNN matmuls over chunks of images (bwdw_gemm), db from the backend's sums.
+ *               oneDNN matmuls over chunks of images (run_gm), db from the backend's sums.
  *
  * Caching: one entry per descriptor (all of tq_conv_desc, N included), each kind (fwd,
  * bwd_data, bwd_filter) created on its first use (conv_ws creates all three) with its memory
@@ -73,6 +74,11 @@ typedef struct {
 
 enum { K_FWD, K_BWDD, K_BWDW, NKIND };
 
+/* a kind as GEMMs over chunks of images (cpu_dnnl.c, make_gm): matmuls over nb images (full)
+ * and over the nlast of a shorter last chunk (last; p NULL when there is none); a chunk's cols
+ * take `cols` bytes */
+typedef struct { int on, nb, nlast; dstep full, last; size_t cols; } gplan;
+
 typedef struct dconv {
     tq_conv_desc d;
     tq_dtype dt;                  /* f32 or bf16 */
@@ -94,12 +100,8 @@ typedef struct dconv {
      * convolution before a batch-norm; NULL where oneDNN has none, or for inner products) */
     dstep w[2], w_wr[2];
     size_t w_wb[2];
-    /* bwd_filter as GEMMs instead (gm; see bwdw_gemm): matmuls over gm_nb images, and over the
-     * gm_nlast of a shorter last chunk (gm_last; p NULL when there is none); the chunk's cols
-     * take gm_cols bytes */
-    int gm, gm_nb, gm_nlast;
-    dstep gm_full, gm_last;
-    size_t gm_cols;
+    /* fwd, bwd_data and bwd_filter as GEMMs instead (gf, gd, gw: on; see run_gm) */
+    gplan gf, gd, gw;
     struct dconv *next;
 } dconv;
 
@@ -161,7 +163,8 @@ static void step_free(dstep *s) {
 
 static void conv_free(dconv *c) {
     dstep *all[] = { &c->f, &c->f_wr, &c->b, &c->b_wr, &c->t, &c->t_wr, &c->w[0], &c->w_wr[0], &c->w[1],
-                     &c->w_wr[1], &c->gm_full, &c->gm_last };
+                     &c->w_wr[1], &c->gf.full, &c->gf.last, &c->gd.full, &c->gd.last,
+                     &c->gw.full, &c->gw.last };
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) step_free(all[i]);
     if (c->fpd) dnnl_primitive_desc_destroy(c->fpd);
     free(c->zero);
@@ -368,6 +371,11 @@ static size_t nw_of(const dconv *c) { return (size_t)c->d.k * c->d.r * c->d.s * 
 
 static void lay_fwd(const dconv *c, wlay *L) {
     memset(L, 0, sizeof *L);
+    if (c->gf.on) {
+        L->tmp = put(L, c->gf.cols);
+        L->sp = put(L, mx(c->gf.full.sp, c->gf.last.sp));
+        return;
+    }
     L->w = put(L, c->f_wb);
     L->sp = put(L, mx(c->f.sp, c->f_wr.sp));
 }
@@ -378,6 +386,13 @@ static void lay_bwdd0(const dconv *c, wlay *L) {
     L->sp = put(L, mx(c->b.sp, c->b_wr.sp));
     if (!c->tr) L->tmp = put(L, nx_of(c) * esize(c->dt));
 }
+/* bwd_data through its GEMMs: the flipped kernel, a chunk's cols, the matmul's scratchpad */
+static void lay_bwdd_gm(const dconv *c, wlay *L) {
+    memset(L, 0, sizeof *L);
+    L->flip = put(L, nw_of(c) * esize(c->dt));
+    L->tmp = put(L, c->gd.cols);
+    L->sp = put(L, mx(c->gd.full.sp, c->gd.last.sp));
+}
 static void lay_bwdd_tr(const dconv *c, wlay *L) {
     memset(L, 0, sizeof *L);
     L->flip = put(L, nw_of(c) * esize(c->dt));
@@ -386,9 +401,9 @@ static void lay_bwdd_tr(const dconv *c, wlay *L) {
 }
 static void lay_bwdw(const dconv *c, wlay *L) {   /* both variants, or the GEMMs' */
     memset(L, 0, sizeof *L);
-    if (c->gm) {
-        L->tmp = put(L, c->gm_cols);
-        L->sp = put(L, mx(c->gm_full.sp, c->gm_last.sp));
+    if (c->gw.on) {
+        L->tmp = put(L, c->gw.cols);
+        L->sp = put(L, mx(c->gw.full.sp, c->gw.last.sp));
         return;
     }
     L->dw = put(L, mx(c->w_wb[0], c->w_wb[1]));
@@ -402,6 +417,9 @@ static size_t need_of(const dconv *c, int kind) {
     size_t end;
     if (kind == K_FWD) {
         lay_fwd(c, &L);
+        end = L.end;
+    } else if (kind == K_BWDD && c->gd.on) {
+        lay_bwdd_gm(c, &L);
         end = L.end;
     } else if (kind == K_BWDD) {
         lay_bwdd0(c, &L);
@@ -417,10 +435,193 @@ static size_t need_of(const dconv *c, int kind) {
     return 64 + end;
 }
 
+/* ---- convolutions as GEMMs ----
+ *
+ * oneDNN 2.6's AMX convolution kernels slow down where a convolution's output maps are small and
+ * its channels many: 3×3, batch 128, 2 Xeon cores, 512 channels on 4×4 maps, the weight gradient
+ * (jit:avx512_core_amx_bf16) took 35 ms a call (280 GFLOP/s), the forward (brgconv) 13.7 ms.
+ * There each op is one GEMM over im2col rows (cols[N·P·Q][R·S·C], bf16 copies: exact), which
+ * oneDNN's matmul (AMX brgemm for bf16) runs well, a chunk of images at a time (GM_IMAGES, at
+ * most GM_COLS_BYTES of cols):
+ *   forward:         y[N·P·Q][K]  = cols(x) · Wᵀ + bias    (W is KRSC: [K][R·S·C])
+ *   backward-data:   dx[N·H·W][C] += cols(dy) · Wtᵀ         (stride 1: the forward convolution of
+ *                    dy with the flipped kernel Wt[C][R·S·K], padding R−1−pad; dx zeroed or scaled
+ *                    first for beta 0 or other than 1, then a sum post-op)
+ *   weight gradient: dW[K][R·S·C] += dyᵀ · cols(x)         (a sum post-op; dW is KRSC too)
+ * Nothing is reordered; f32 accumulation, in another order than the kernels'.
+ * Per call, conv kernel → GEMMs, ms (bf16, batch 128, 3×3, same machine; stride 1 unless s2):
+ *   weight gradient: 4×4 512→512 35.5 → 9.3, 2×2 25.3 → 2.2, 7×7 44.3 → 27.3, 8×8 256→256
+ *   11.1 → 8.4, 4×4 256→256 6.3 → 2.1, s2 8×8 256→512 26.5 → 4.0, s2 16×16 128→256 13.1 → 5.4;
+ *   but 8×8 64→64 1.3 → 1.7, 16×16 128→128 8.4 → 15.0, 14×14 256→256 25.2 → 31.4;
+ *   forward: 4×4 512→512 13.7 → 6.1, 2×2 10.9 → 1.8, s2 8×8 256→512 5.6 → 2.8; but 8×8
+ *   256→256 3.9 → 6.1, 16×16 128→128 3.5 → 7.8, s2 16×16 128→256 3.4 → 3.2;
+ *   f32 (jit:avx512_core) gained nowhere but the s2 256→512 weight gradient (1.3×).
+ * So, bf16 where oneDNN has AMX and the GEMM's output channels number 256 or more: the weight
+ * gradient on output maps of at most 64 positions, the forward (and backward-data, a forward)
+ * on at most 16 (every such shape measured won, 1.26-11×). TQ_CPU_CONV_GEMM=0 never takes
+ * them, =1 takes them for every f32 and bf16 convolution they fit (how the tests run them on
+ * any CPU). */
+#define GM_IMAGES 32
+#define GM_COLS_BYTES ((size_t)16 << 20)
+
+static int gm_mode = -1;   /* -1: TQ_CPU_CONV_GEMM decides; 0 never; 1 by the rule; 2 always */
+
+void tq_cpu_conv_gemm_set(int mode) { gm_mode = mode; }
+
+/* the convolution a kind's GEMM is the forward form of: the op's own, or for backward-data the
+ * convolution of dy ([N][P][Q][K]) with the flipped kernel into dx (stride 1) */
+static tq_conv_desc gm_desc(const dconv *c, int kind) {
+    const tq_conv_desc *d = &c->d;
+    if (kind != K_BWDD) return *d;
+    tq_conv_desc t = *d;
+    t.x.h = tq_conv_out(d->x.h, d->r, 1, d->pad);
+    t.x.w = tq_conv_out(d->x.w, d->s, 1, d->pad);
+    t.x.c = d->k;
+    t.k = d->x.c;
+    t.pad = d->r - 1 - d->pad;
+    return t;
+}
+
+static int gemm_route(const dconv *c, int kind) {
+    int mode = gm_mode;
+    if (mode < 0) {
+        const char *e = getenv("TQ_CPU_CONV_GEMM");
+        mode = e && !strcmp(e, "0") ? 0 : e && !strcmp(e, "1") ? 2 : 1;
+    }
+    const tq_conv_desc *d = &c->d;
+    if (c->ip || mode == 0) return 0;
+    if (kind == K_BWDD && (d->stride != 1 || d->r != d->s || d->pad > d->r - 1)) return 0;
+    if (mode == 2) return 1;
+    tq_conv_desc f = gm_desc(c, kind);
+    size_t pq = (size_t)tq_conv_out(f.x.h, f.r, f.stride, f.pad) * tq_conv_out(f.x.w, f.s, f.stride, f.pad);
+    return c->dt == TQ_BF16 && (dnnl_get_effective_cpu_isa() & 0x3e7) == 0x3e7 && f.k >= 256 &&
+           pq <= (kind == K_BWDW ? 64u : 16u);
+}
+
+/* the matmul of a chunk of nb images of f = gm_desc(c, kind), rows = nb·P·Q, RSC = R·S·f.x.c:
+ *   fwd:  y[rows][K] = cols[rows][RSC] · W[K][RSC]ᵀ + bias[K]     (bias f32, y in dt)
+ *   bwdd: the same, no bias, a sum post-op
+ *   bwdw: dW[K][RSC] += dy[rows][K]ᵀ · cols[rows][RSC]             (dW f32) */
+static int make_gm_step(tq_dnnl *D, dconv *c, int kind, int nb, dstep *s) {
+    const tq_conv_desc f = gm_desc(c, kind);
+    const dnnl_dim_t K = f.k, rsc = (dnnl_dim_t)f.r * f.s * f.x.c;
+    const dnnl_dim_t rows = (dnnl_dim_t)nb * tq_conv_out(f.x.h, f.r, f.stride, f.pad) *
+                            tq_conv_out(f.x.w, f.s, f.stride, f.pad);
+    const dnnl_data_type_t t = dnnl_dt(c->dt);
+    const int w = kind == K_BWDW, fwd = kind == K_FWD;
+    dnnl_dims_t ad = { w ? K : rows, w ? rows : rsc }, as = { w ? 1 : rsc, w ? K : 1 };
+    dnnl_dims_t bd = { w ? rows : rsc, w ? rsc : K }, bs = { w ? rsc : 1, w ? 1 : rsc };
+    dnnl_dims_t od = { w ? K : rows, w ? rsc : K }, os = { w ? rsc : K, 1 };
+    dnnl_dims_t biasd = { 1, K };
+    dnnl_memory_desc_t a, b, o, bias;
+    dnnl_matmul_desc_t md;
+    if (dnnl_memory_desc_init_by_strides(&a, 2, ad, t, as) != dnnl_success ||
+        dnnl_memory_desc_init_by_strides(&b, 2, bd, t, bs) != dnnl_success ||
+        dnnl_memory_desc_init_by_strides(&o, 2, od, w ? dnnl_f32 : t, os) != dnnl_success ||
+        dnnl_memory_desc_init_by_tag(&bias, 2, biasd, dnnl_f32, dnnl_ab) != dnnl_success ||
+        dnnl_matmul_desc_init(&md, &a, &b, fwd ? &bias : NULL, &o) != dnnl_success)
+        return -1;
+    dnnl_primitive_attr_t at = make_attr(fwd ? 0.0f : 1.0f);
+    if (!at) return -1;
+    dnnl_primitive_desc_t pd = NULL;
+    dnnl_status_t st = dnnl_primitive_desc_create(&pd, &md, at, D->eng, NULL);
+    dnnl_primitive_attr_destroy(at);
+    if (st != dnnl_success) return -1;
+    static const int args3[] = { DNNL_ARG_SRC, DNNL_ARG_WEIGHTS, DNNL_ARG_DST };
+    static const int args4[] = { DNNL_ARG_SRC, DNNL_ARG_WEIGHTS, DNNL_ARG_BIAS, DNNL_ARG_DST };
+    int rc = step_make(D, s, pd, fwd ? args4 : args3, fwd ? 4 : 3);
+    dnnl_primitive_desc_destroy(pd);
+    return rc;
+}
+
+static int make_gm(tq_dnnl *D, dconv *c, int kind, gplan *gp) {
+    const tq_conv_desc f = gm_desc(c, kind);
+    size_t img = (size_t)tq_conv_out(f.x.h, f.r, f.stride, f.pad) * tq_conv_out(f.x.w, f.s, f.stride, f.pad) *
+                 f.r * f.s * f.x.c * esize(c->dt);   /* one image's cols */
+    size_t nb = GM_COLS_BYTES / img;
+    if (nb > GM_IMAGES) nb = GM_IMAGES;
+    if (nb < 1) nb = 1;
+    if (nb > (size_t)f.x.n) nb = (size_t)f.x.n;
+    gp->nb = (int)nb;
+    gp->nlast = f.x.n % gp->nb;
+    gp->cols = nb * img;
+    if (make_gm_step(D, c, kind, gp->nb, &gp->full) ||
+        (gp->nlast && make_gm_step(D, c, kind, gp->nlast, &gp->last))) {
+        step_free(&gp->full);
+        step_free(&gp->last);
+        return -1;
+    }
+    gp->on = 1;
+    return 0;
+}
+
+/* cols[(i·P + p)·Q + q][(r·S + s)·C + ch] = x[n0 + i][p·stride − pad + r][q·stride − pad + s][ch]
+ * (zero outside x), for nb images of f: elements of es bytes copied as they are */
+static void gm_im2col(tq_backend *be, const tq_conv_desc *f, size_t es, const void *x, int n0, int nb,
+                      unsigned char *cols) {
+    const int H = f->x.h, W = f->x.w, C = f->x.c, R = f->r, S = f->s;
+    const int P = tq_conv_out(H, R, f->stride, f->pad), Q = tq_conv_out(W, S, f->stride, f->pad);
+    const size_t run = (size_t)C * es, rsc = (size_t)R * S * run, rows = (size_t)nb * P * Q;
+    const unsigned char *xb = x;
+    int nt = rows * rsc >= (size_t)TQ_PAR_MIN ? tq_cpu_nt(be) : 1;
+#pragma omp parallel for num_threads(nt) schedule(static)
+    for (size_t t = 0; t < rows; t++) {
+        int q = (int)(t % Q), p = (int)(t / Q % P), i = (int)(t / ((size_t)P * Q));
+        unsigned char *dst = cols + t * rsc;
+        int ih0 = p * f->stride - f->pad, iw0 = q * f->stride - f->pad;
+        int s_lo = iw0 < 0 ? -iw0 : 0, s_hi = W - iw0 < S ? W - iw0 : S;
+        for (int r = 0; r < R; r++, dst += (size_t)S * run) {
+            int ih = ih0 + r;
+            if (ih < 0 || ih >= H || s_hi <= s_lo) {
+                memset(dst, 0, (size_t)S * run);
+                continue;
+            }
+            if (s_lo > 0) memset(dst, 0, (size_t)s_lo * run);
+            memcpy(dst + (size_t)s_lo * run,
+                   xb + ((((size_t)n0 + i) * H + ih) * W + iw0 + s_lo) * run, (size_t)(s_hi - s_lo) * run);
+            if (s_hi < S) memset(dst + (size_t)s_hi * run, 0, (size_t)(S - s_hi) * run);
+        }
+    }
+}
+
+/* a kind through its GEMMs, a chunk of images at a time. src: what cols are made of (x, or dy for
+ * bwdd); w: the weights (KRSC, or bwdd's flipped ones; bwdw: unused); bias: fwd's (or K zeros);
+ * out: y, dx or dW; dy: bwdw's */
+static int run_gm(tq_backend *be, tq_dnnl *D, const dconv *c, const gplan *gp, int kind, const char *op,
+                  const void *src, const void *w, const void *bias, void *out, const void *dy,
+                  unsigned char *cols, void *sp) {
+    const tq_conv_desc f = gm_desc(c, kind);
+    const size_t es = esize(c->dt);
+    const size_t opi = (size_t)tq_conv_out(f.x.h, f.r, f.stride, f.pad) *
+                       tq_conv_out(f.x.w, f.s, f.stride, f.pad) * f.k * es;   /* y, dx or dy bytes an image */
+    for (int n0 = 0; n0 < f.x.n; n0 += gp->nb) {
+        int nb = f.x.n - n0 < gp->nb ? f.x.n - n0 : gp->nb;
+        gm_im2col(be, &f, es, src, n0, nb, cols);
+        dstep *s = (dstep *)(nb == gp->nb ? &gp->full : &gp->last);
+        int rc;
+        if (kind == K_FWD) {
+            void *p[] = { cols, (void *)w, (void *)bias, (unsigned char *)out + (size_t)n0 * opi };
+            rc = step_run(be, D, s, op, p, sp);
+        } else if (kind == K_BWDD) {
+            void *p[] = { cols, (void *)w, (unsigned char *)out + (size_t)n0 * opi };
+            rc = step_run(be, D, s, op, p, sp);
+        } else {
+            void *p[] = { (unsigned char *)dy + (size_t)n0 * opi, cols, out };
+            rc = step_run(be, D, s, op, p, sp);
+        }
+        if (rc) return rc;
+    }
+    return TQ_OK;
+}
+
 /* ---- the kinds ---- */
 
 static int make_fwd(tq_dnnl *D, dconv *c, const dgeom *g) {
     if (make_fpd(D, c, g)) return -1;
+    if (gemm_route(c, K_FWD) && make_gm(D, c, K_FWD, &c->gf) == 0) {
+        c->zero = calloc((size_t)c->d.k, sizeof(float));
+        return c->zero ? 0 : -1;
+    }
     static const int args[] = { DNNL_ARG_SRC, DNNL_ARG_WEIGHTS, DNNL_ARG_BIAS, DNNL_ARG_DST };
     if (step_make(D, &c->f, c->fpd, args, 4)) return -1;
     if (reorder_make(D, &c->f_wr, &g->wplain, pd_md(c->fpd, DNNL_ARG_WEIGHTS), 0, &c->f_wb))
@@ -470,6 +671,7 @@ static int make_tr(tq_dnnl *D, dconv *c) {
 
 static int make_bwdd(tq_dnnl *D, dconv *c, const dgeom *g) {
     if (make_fpd(D, c, g)) return -1;
+    if (gemm_route(c, K_BWDD) && make_gm(D, c, K_BWDD, &c->gd) == 0) return 0;
     opdesc cd;
     if (op_desc(c, g, K_BWDD, 1, &cd)) return -1;
     dnnl_primitive_attr_t at = make_attr(0.0f);
@@ -507,144 +709,12 @@ static int make_bwdw_variant(tq_dnnl *D, dconv *c, const dgeom *g, int bias) {
     return rc ? -1 : 0;
 }
 
-/* ---- the weight gradient as GEMMs ----
- *
- * oneDNN 2.6's AMX weight-gradient kernel (jit:avx512_core_amx_bf16) slows down where a
- * convolution's output maps are small and its channels many: 3×3, batch 128, 2 Xeon cores,
- * 512 channels on 4×4 maps took 35 ms a call (280 GFLOP/s; the forward of the same shape runs
- * at 780). There the weight gradient is one GEMM with a long reduction,
- *   dW[K][R·S·C] += dyᵀ[K][N·P·Q] · cols[N·P·Q][R·S·C]     (cols: x's im2col rows),
- * which oneDNN's matmul (AMX brgemm for bf16) runs well: chunks of gm_nb images (GM_IMAGES, at
- * most GM_COLS_BYTES of cols), each chunk's cols copied out of x (bf16 stays bf16: exact), its
- * product added into dW by the matmul's sum post-op. dW is KRSC, the matmul's row-major
- * [K][R·S·C]: nothing is reordered. f32 accumulation in both, in another order.
- * Per call, conv kernel → GEMMs, ms (bf16, batch 128, 3×3, same machine; stride 1 unless s2):
- *   4×4 512→512 35.5 → 9.3, 2×2 25.3 → 2.2, 7×7 44.3 → 27.3, 8×8 256→256 11.1 → 8.4,
- *   4×4 256→256 6.3 → 2.1; s2 8×8 256→512 26.5 → 4.0, s2 16×16 128→256 13.1 → 5.4;
- *   but 8×8 64→64 1.3 → 1.7, 16×16 128→128 8.4 → 15.0, 14×14 256→256 25.2 → 31.4,
- *   32×32 64→64 7.4 → 41.8; f32 (jit:avx512_core) gained nowhere but s2 8×8 256→512 (1.3×).
- * So: bf16 where oneDNN has AMX, output maps of at most 64 positions and K >= 256 (every such
- * shape measured won, 1.26-11×). TQ_CPU_BWDW_GEMM=0 never takes it, =1 takes it for every f32
- * and bf16 convolution (how the tests run it on any CPU). */
-#define GM_IMAGES 32
-#define GM_COLS_BYTES ((size_t)16 << 20)
-
-static int gm_mode = -1;   /* -1: TQ_CPU_BWDW_GEMM decides; 0 never; 1 by the rule; 2 always */
-
-void tq_cpu_bwdw_gemm_set(int mode) { gm_mode = mode; }
-
-static int gemm_route(const dconv *c, const dgeom *g) {
-    int mode = gm_mode;
-    if (mode < 0) {
-        const char *e = getenv("TQ_CPU_BWDW_GEMM");
-        mode = e && !strcmp(e, "0") ? 0 : e && !strcmp(e, "1") ? 2 : 1;
-    }
-    if (mode == 0) return 0;
-    if (mode == 2) return 1;
-    return c->dt == TQ_BF16 && (dnnl_get_effective_cpu_isa() & 0x3e7) == 0x3e7 &&
-           (size_t)g->p * g->q <= 64 && c->d.k >= 256;
-}
-
-/* the matmul of a chunk of nb images: dst[K][RSC] += a[K][rows] · b[rows][RSC], a the chunk's dy
- * read transposed (dy is [rows][K]) */
-static int make_gm_step(tq_dnnl *D, dconv *c, const dgeom *g, int nb, dstep *s) {
-    const tq_conv_desc *d = &c->d;
-    const dnnl_dim_t K = d->k, rows = (dnnl_dim_t)nb * g->p * g->q, rsc = (dnnl_dim_t)d->r * d->s * d->x.c;
-    const dnnl_data_type_t t = dnnl_dt(c->dt);
-    dnnl_dims_t ad = { K, rows }, as = { 1, K }, bd = { rows, rsc }, bs = { rsc, 1 }, cd = { K, rsc }, cs = { rsc, 1 };
-    dnnl_memory_desc_t a, b, o;
-    dnnl_matmul_desc_t md;
-    if (dnnl_memory_desc_init_by_strides(&a, 2, ad, t, as) != dnnl_success ||
-        dnnl_memory_desc_init_by_strides(&b, 2, bd, t, bs) != dnnl_success ||
-        dnnl_memory_desc_init_by_strides(&o, 2, cd, dnnl_f32, cs) != dnnl_success ||
-        dnnl_matmul_desc_init(&md, &a, &b, NULL, &o) != dnnl_success)
-        return -1;
-    dnnl_primitive_attr_t at = make_attr(1.0f);
-    if (!at) return -1;
-    dnnl_primitive_desc_t pd = NULL;
-    dnnl_status_t st = dnnl_primitive_desc_create(&pd, &md, at, D->eng, NULL);
-    dnnl_primitive_attr_destroy(at);
-    if (st != dnnl_success) return -1;
-    static const int args[] = { DNNL_ARG_SRC, DNNL_ARG_WEIGHTS, DNNL_ARG_DST };
-    int rc = step_make(D, s, pd, args, 3);
-    dnnl_primitive_desc_destroy(pd);
-    return rc;
-}
-
-static int make_gm(tq_dnnl *D, dconv *c, const dgeom *g) {
-    const tq_conv_desc *d = &c->d;
-    size_t img = (size_t)g->p * g->q * d->r * d->s * d->x.c * esize(c->dt);   /* one image's cols */
-    size_t nb = GM_COLS_BYTES / img;
-    if (nb > GM_IMAGES) nb = GM_IMAGES;
-    if (nb < 1) nb = 1;
-    if (nb > (size_t)d->x.n) nb = (size_t)d->x.n;
-    c->gm_nb = (int)nb;
-    c->gm_nlast = d->x.n % c->gm_nb;
-    c->gm_cols = nb * img;
-    if (make_gm_step(D, c, g, c->gm_nb, &c->gm_full) ||
-        (c->gm_nlast && make_gm_step(D, c, g, c->gm_nlast, &c->gm_last))) {
-        step_free(&c->gm_full);
-        step_free(&c->gm_last);
-        return -1;
-    }
-    c->gm = 1;
-    return 0;
-}
-
-/* cols[(i·P + p)·Q + q][(r·S + s)·C + ch] = x[n0 + i][p·stride − pad + r][q·stride − pad + s][ch]
- * (zero outside x), for nb images: elements of es bytes copied as they are */
-static void gm_im2col(tq_backend *be, const tq_conv_desc *d, int P, int Q, size_t es, const void *x,
-                      int n0, int nb, unsigned char *cols) {
-    const int H = d->x.h, W = d->x.w, C = d->x.c, R = d->r, S = d->s;
-    const size_t run = (size_t)C * es, rsc = (size_t)R * S * run, rows = (size_t)nb * P * Q;
-    const unsigned char *xb = x;
-    int nt = rows * rsc >= (size_t)TQ_PAR_MIN ? tq_cpu_nt(be) : 1;
-#pragma omp parallel for num_threads(nt) schedule(static)
-    for (size_t t = 0; t < rows; t++) {
-        int q = (int)(t % Q), p = (int)(t / Q % P), i = (int)(t / ((size_t)P * Q));
-        unsigned char *dst = cols + t * rsc;
-        int ih0 = p * d->stride - d->pad, iw0 = q * d->stride - d->pad;
-        int s_lo = iw0 < 0 ? -iw0 : 0, s_hi = W - iw0 < S ? W - iw0 : S;
-        for (int r = 0; r < R; r++, dst += (size_t)S * run) {
-            int ih = ih0 + r;
-            if (ih < 0 || ih >= H || s_hi <= s_lo) {
-                memset(dst, 0, (size_t)S * run);
-                continue;
-            }
-            if (s_lo > 0) memset(dst, 0, (size_t)s_lo * run);
-            memcpy(dst + (size_t)s_lo * run,
-                   xb + ((((size_t)n0 + i) * H + ih) * W + iw0 + s_lo) * run, (size_t)(s_hi - s_lo) * run);
-            if (s_hi < S) memset(dst + (size_t)s_hi * run, 0, (size_t)(S - s_hi) * run);
-        }
-    }
-}
-
-static int bwdw_gemm(tq_backend *be, tq_dnnl *D, const dconv *c, const char *op, float *dw, float *db,
-                     const void *x, const void *dy, unsigned char *base) {
-    const tq_conv_desc *d = &c->d;
-    const int P = tq_conv_out(d->x.h, d->r, d->stride, d->pad), Q = tq_conv_out(d->x.w, d->s, d->stride, d->pad);
-    const size_t es = esize(c->dt), ypi = (size_t)P * Q * d->k * es;   /* dy bytes per image */
-    if (db) tq_cpu_bias_grad(be, (size_t)d->x.n * P * Q, d->k, c->dt, dy, db);
-    if (!dw) return TQ_OK;
-    wlay L;
-    lay_bwdw(c, &L);
-    unsigned char *cols = base + L.tmp;
-    for (int n0 = 0; n0 < d->x.n; n0 += c->gm_nb) {
-        int nb = d->x.n - n0 < c->gm_nb ? d->x.n - n0 : c->gm_nb;
-        gm_im2col(be, d, P, Q, es, x, n0, nb, cols);
-        void *p[] = { (unsigned char *)dy + (size_t)n0 * ypi, cols, dw };
-        int rc = step_run(be, D, (dstep *)(nb == c->gm_nb ? &c->gm_full : &c->gm_last), op, p, base + L.sp);
-        if (rc) return rc;
-    }
-    return TQ_OK;
-}
-
 /* Both variants for a convolution: without the bias gradient its kernels skip a reduction
  * over N·P·Q per output channel (resnet20's bf16 AMX kernels on 2 Xeon cores: 15% faster at
  * 16 channels, 5% at 64). The one without is optional: where it cannot be made, callers
  * without a bias take the other and drop the sums. */
 static int make_bwdw(tq_dnnl *D, dconv *c, const dgeom *g) {
-    if (!c->ip && gemm_route(c, g) && make_gm(D, c, g) == 0) return 0;
+    if (gemm_route(c, K_BWDW) && make_gm(D, c, K_BWDW, &c->gw) == 0) return 0;
     if (make_fpd(D, c, g) || make_bwdw_variant(D, c, g, 1)) return -1;
     if (!c->ip && make_bwdw_variant(D, c, g, 0)) {
         step_free(&c->w[0]);
@@ -700,10 +770,10 @@ static int need_direct(tq_backend *be, const tq_conv_desc *d, tq_dtype dt, int i
     return 1;
 }
 
-int tq_dnnl_bwdw_is_gemm(tq_backend *be, const tq_conv_desc *d, tq_dtype dt) {
+int tq_dnnl_conv_is_gemm(tq_backend *be, const tq_conv_desc *d, tq_dtype dt, int kind) {
     tq_dnnl *D;
-    const dconv *c = lookup(be, d, dt, 0, K_BWDW, &D);
-    return c && c->gm;
+    const dconv *c = lookup(be, d, dt, 0, kind, &D);
+    return c && (kind == K_FWD ? c->gf.on : kind == K_BWDD ? c->gd.on : c->gw.on);
 }
 
 /* the aligned base of ws, after checking that ws holds `need` bytes */
@@ -739,6 +809,9 @@ static int fwd_direct(tq_backend *be, const tq_conv_desc *d, tq_dtype dt, int ip
     set_threads(be);
     wlay L;
     lay_fwd(c, &L);
+    if (c->gf.on)
+        return run_gm(be, D, c, &c->gf, K_FWD, op, x, w, bias ? (const void *)bias : c->zero, y, NULL,
+                      base + L.tmp, base + L.sp);
     void *wf = (void *)w;
     int rc;
     if (c->f_wr.p) {
@@ -750,18 +823,27 @@ static int fwd_direct(tq_backend *be, const tq_conv_desc *d, tq_dtype dt, int ip
     return step_run(be, D, &c->f, op, p, base + L.sp);
 }
 
-/* Wt[c][r][s][k] = W[k][R−1−r][S−1−s][c], elements of es bytes (a pure permutation) */
-#define FLIP_W(T)                                                                   \
-    for (int k = 0; k < K; k++)                                                     \
-        for (int r = 0; r < R; r++)                                                 \
-            for (int s = 0; s < S; s++) {                                           \
-                const T *src = (const T *)w + (((size_t)k * R + r) * S + s) * C;    \
-                T *dst = (T *)Wt + ((size_t)(R - 1 - r) * S + (S - 1 - s)) * K + k; \
-                for (int ch = 0; ch < C; ch++) dst[(size_t)ch * rsk] = src[ch];     \
-            }
+/* Wt[c][r][s][k] = W[k][R−1−r][S−1−s][c], elements of es bytes (a pure permutation): per tap, a
+ * transpose of W's [K][C] slice, in tiles of FLIP_TB × FLIP_TB so that a tile's destination
+ * lines stay in L1 (one element per line at a time, over all of C, missed on every store: 4.8%
+ * of a CIFAR resnet18 bf16 run, whose 512-channel flips ran at a few ns an element) */
+#define FLIP_TB 32
+#define FLIP_W(T)                                                                             \
+    for (int blk = 0; blk < nblk; blk++) {                                                    \
+        const int tap = blk / nkb, r = tap / S, s = tap % S, k0 = blk % nkb * FLIP_TB;        \
+        const int k1 = K - k0 < FLIP_TB ? K : k0 + FLIP_TB;                                   \
+        const T *src = (const T *)w + ((size_t)r * S + s) * C;                                \
+        T *dst = (T *)Wt + ((size_t)(R - 1 - r) * S + (S - 1 - s)) * K;                       \
+        for (int c0 = 0; c0 < C; c0 += FLIP_TB) {                                             \
+            const int c1 = C - c0 < FLIP_TB ? C : c0 + FLIP_TB;                               \
+            for (int k = k0; k < k1; k++)                                                     \
+                for (int ch = c0; ch < c1; ch++) dst[(size_t)ch * rsk + k] = src[(size_t)k * rsc + ch]; \
+        }                                                                                     \
+    }
 static void flip_w(tq_backend *be, const tq_conv_desc *d, size_t es, void *Wt, const void *w) {
     const int K = d->k, R = d->r, S = d->s, C = d->x.c;
-    const size_t rsk = (size_t)R * S * K;
+    const size_t rsk = (size_t)R * S * K, rsc = (size_t)R * S * C;
+    const int nkb = (K + FLIP_TB - 1) / FLIP_TB, nblk = R * S * nkb;
     const int nt = K * R * S * C >= TQ_PAR_MIN ? tq_cpu_nt(be) : 1;
     if (es == 4) {
 #pragma omp parallel for num_threads(nt) schedule(static)
@@ -798,6 +880,14 @@ static int bwdd_direct(tq_backend *be, const tq_conv_desc *d, tq_dtype dt, int i
     set_threads(be);
     wlay L;
     int rc;
+    if (c->gd.on) {   /* dx = beta·dx + conv(dy, Wt) through the GEMMs' sum post-op */
+        if (beta == 0.0f) memset(dx, 0, nx_of(c) * esize(dt));
+        else if (beta != 1.0f) scale(be, dt, dx, nx_of(c), beta);
+        lay_bwdd_gm(c, &L);
+        flip_w(be, d, esize(dt), base + L.flip, w);
+        return run_gm(be, D, c, &c->gd, K_BWDD, op, dy, base + L.flip, NULL, dx, NULL, base + L.tmp,
+                      base + L.sp);
+    }
     if (beta != 0.0f && c->tr) {
         /* dx = beta·dx + conv(dy, Wt): the sum post-op adds to what dx holds */
         if (beta != 1.0f) scale(be, dt, dx, nx_of(c), beta);
@@ -841,9 +931,12 @@ static int bwdw_direct(tq_backend *be, const tq_conv_desc *d, tq_dtype dt, int i
     if (!base) return TQ_EINVAL;
     if (!dw && !db) return TQ_OK;
     set_threads(be);
-    if (c->gm) return bwdw_gemm(be, D, c, op, dw, db, x, dy, base);
     wlay L;
     lay_bwdw(c, &L);
+    if (c->gw.on) {
+        if (db) tq_cpu_bias_grad(be, tq_shape_numel(tq_conv_yshape(d)) / (size_t)d->k, d->k, dt, dy, db);
+        return dw ? run_gm(be, D, c, &c->gw, K_BWDW, op, x, NULL, NULL, dw, dy, base + L.tmp, base + L.sp) : TQ_OK;
+    }
     float *dbt = (float *)(base + L.db);
     int v = db || !c->w[0].p;   /* the variant: with the bias gradient where asked or needed */
     void *p[] = { (void *)x, (void *)dy, base + L.dw, dbt };

@@ -123,10 +123,11 @@ typedef struct {
  * (0 fwd, 1 bwd_data, 2 bwd_filter) when oneDNN runs it, else 0. Descriptors must be valid
  * (geom-checked). */
 #define TQ_DNNL_NA 1
-/* tests: the weight gradient as GEMMs (cpu_dnnl.c) 0 never, 1 where the rule says, 2 for every
- * f32/bf16 convolution, −1 as TQ_CPU_BWDW_GEMM says; read when a descriptor's kind is made */
-void tq_cpu_bwdw_gemm_set(int mode);
-int tq_dnnl_bwdw_is_gemm(tq_backend *, const tq_conv_desc *, tq_dtype dt);   /* its bwd_filter runs so */
+/* tests: the forward and weight gradient as GEMMs (cpu_dnnl.c, gemm_route) 0 never, 1 where the
+ * rule says, 2 for every f32/bf16 convolution, −1 as TQ_CPU_CONV_GEMM says; read when a
+ * descriptor's kind is made. tq_dnnl_conv_is_gemm: that kind (0 fwd, 1 bwd_data, 2 bwd_filter) runs so. */
+void tq_cpu_conv_gemm_set(int mode);
+int tq_dnnl_conv_is_gemm(tq_backend *, const tq_conv_desc *, tq_dtype dt, int kind);
 int tq_dnnl_conv_need(tq_backend *, const tq_conv_desc *, tq_dtype dt, int kind, size_t *bytes);
 int tq_dnnl_conv_fwd(tq_backend *, const tq_conv_desc *, tq_dtype dt, void *y, const void *x,
                      const void *w, const float *bias, void *ws, size_t ws_bytes);

@@ -755,12 +755,13 @@ static void test_conv_bf16_via_f32(void **state) {
     be = keep;
 }
 
-/* The weight gradient as GEMMs (cpu_dnnl.c, bwdw_gemm: by default bf16 with AMX, small maps, many
- * channels), forced here for every f32/bf16 convolution on a backend of its own (Winograd off: it
- * would take the 3×3 stride-1 ones): the route really runs, and every convolution check holds
- * through it (dw and db added to what they hold, exact workspaces), in one chunk of images and
- * in several with a shorter last one; the rule takes it where it should. */
-static void test_conv_bwdw_gemm(void **state) {
+/* The forward and the weight gradient as GEMMs (cpu_dnnl.c, gemm_route: by default bf16 with AMX,
+ * small maps, many channels), forced here for every f32/bf16 convolution on a backend of its own
+ * (Winograd off: it would take the 3×3 stride-1 ones): the routes really run, and every
+ * convolution check holds through them (y with and without a bias, dw and db added to what they
+ * hold, exact workspaces), in one chunk of images and in several with a shorter last one; the
+ * rule takes them where it should. */
+static void test_conv_gemm(void **state) {
     (void)state;
     static const conv_case cases[] = {
         /* n   h  w  c   k  r  s st pad bias fd lin */
@@ -775,7 +776,7 @@ static void test_conv_bwdw_gemm(void **state) {
     };
     tq_backend *keep = be;
     setenv("TQ_CPU_WINOGRAD", "0", 1);
-    tq_cpu_bwdw_gemm_set(2);
+    tq_cpu_conv_gemm_set(2);
     be = tq_cpu_backend_new(2);
     assert_non_null(be);
     int ran = 0;
@@ -783,23 +784,31 @@ static void test_conv_bwdw_gemm(void **state) {
         const conv_case *c = &cases[i];
         tq_conv_desc d = { { c->n, c->h, c->w, c->c }, c->k, c->r, c->s, c->stride, c->pad };
         run_conv_case(c);
-        ran += tq_dnnl_bwdw_is_gemm(be, &d, TQ_F32);
+        ran += tq_dnnl_conv_is_gemm(be, &d, TQ_F32, 0) + tq_dnnl_conv_is_gemm(be, &d, TQ_F32, 2);
+        /* backward-data as the forward of dy with the flipped kernel: stride 1, square, pad <= R−1 */
+        int bwdd = c->stride == 1 && c->r == c->s && c->pad <= c->r - 1;
+        if (!getenv("TQ_CPU_DNNL")) assert_int_equal(tq_dnnl_conv_is_gemm(be, &d, TQ_F32, 1), bwdd);
     }
-    if (!getenv("TQ_CPU_DNNL")) assert_int_equal(ran, sizeof cases / sizeof cases[0]);
+    if (!getenv("TQ_CPU_DNNL")) assert_int_equal(ran, 2 * (int)(sizeof cases / sizeof cases[0]));
     tq_backend_free(be);
-    /* the rule: bf16 where oneDNN has AMX, at most 64 output positions, 256 channels out */
-    tq_cpu_bwdw_gemm_set(1);
+    /* the rule: bf16 where oneDNN has AMX, 256 channels out of the GEMM (backward-data: x's), the
+     * weight gradient on at most 64 output positions, the forward and backward-data on at most 16 */
+    tq_cpu_conv_gemm_set(1);
     be = tq_cpu_backend_new(2);
     tq_conv_desc small = { { 4, 4, 4, 256 }, 256, 3, 3, 1, 1 }, s2 = { { 4, 16, 16, 128 }, 256, 3, 3, 2, 1 };
-    tq_conv_desc big = { { 4, 16, 16, 256 }, 256, 3, 3, 1, 1 }, few = { { 4, 4, 4, 256 }, 128, 3, 3, 1, 1 };
+    tq_conv_desc mid = { { 4, 8, 8, 256 }, 256, 3, 3, 1, 1 }, big = { { 4, 16, 16, 256 }, 256, 3, 3, 1, 1 };
+    tq_conv_desc few = { { 4, 4, 4, 256 }, 128, 3, 3, 1, 1 };
     int amx = tq_dnnl_has_amx(be);
-    assert_int_equal(tq_dnnl_bwdw_is_gemm(be, &small, TQ_BF16), amx);
-    assert_int_equal(tq_dnnl_bwdw_is_gemm(be, &s2, TQ_BF16), amx);
-    assert_int_equal(tq_dnnl_bwdw_is_gemm(be, &big, TQ_BF16), 0);
-    assert_int_equal(tq_dnnl_bwdw_is_gemm(be, &few, TQ_BF16), 0);
-    assert_int_equal(tq_dnnl_bwdw_is_gemm(be, &small, TQ_F32), 0);
+    for (int kind = 0; kind <= 2; kind++) {
+        assert_int_equal(tq_dnnl_conv_is_gemm(be, &small, TQ_BF16, kind), amx);
+        assert_int_equal(tq_dnnl_conv_is_gemm(be, &mid, TQ_BF16, kind), kind == 2 && amx);
+        assert_int_equal(tq_dnnl_conv_is_gemm(be, &s2, TQ_BF16, kind), kind == 2 && amx);
+        assert_int_equal(tq_dnnl_conv_is_gemm(be, &big, TQ_BF16, kind), 0);
+        assert_int_equal(tq_dnnl_conv_is_gemm(be, &few, TQ_BF16, kind), kind == 1 && amx);
+        assert_int_equal(tq_dnnl_conv_is_gemm(be, &small, TQ_F32, kind), 0);
+    }
     tq_backend_free(be);
-    tq_cpu_bwdw_gemm_set(-1);
+    tq_cpu_conv_gemm_set(-1);
     unsetenv("TQ_CPU_WINOGRAD");
     be = keep;
 }
@@ -1950,7 +1959,7 @@ static int teardown(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        T(test_vtable_complete), T(test_alloc_accounting), T(test_conv), T(test_conv_chunked), T(test_conv_winograd), T(test_conv_winograd_512), T(test_conv_thin), T(test_conv_bf16_via_f32), T(test_conv_bwdw_gemm),
+        T(test_vtable_complete), T(test_alloc_accounting), T(test_conv), T(test_conv_chunked), T(test_conv_winograd), T(test_conv_winograd_512), T(test_conv_thin), T(test_conv_bf16_via_f32), T(test_conv_gemm),
         T(test_linear), T(test_iface_complete), T(test_conv_bad_desc), T(test_bn), T(test_bn_large),
         T(test_bn_bwd_fused_is_the_chain), T(test_bn_native), T(test_cast_f16_native), T(test_maxpool_f16_native), T(test_bn_deterministic), T(test_bn_bad), T(test_relu), T(test_add_accumulate),
         T(test_maxpool), T(test_maxpool_relu_is_the_pair), T(test_maxpool_16bit_is_f32_rounded), T(test_avgpool), T(test_softmax_ce), T(test_cast), T(test_conversions_reference),
