@@ -72,7 +72,21 @@ static void cpu_free(tq_backend *be, void *p) {
     free(base);
 }
 
-static void cpu_memset0(tq_backend *be, void *p, size_t bytes) { if (bytes) memset(p, 0, bytes); }
+/* Large buffers (a ResNet-50's 94 MB of gradients, zeroed every step) in one piece per thread:
+ * one core's memset ran at 10 GB/s, 9.6 ms of a 457 ms resnet50 bf16 step at batch 32. */
+#define MEMSET_PAR_BYTES ((size_t)1 << 22)
+static void cpu_memset0(tq_backend *be, void *p, size_t bytes) {
+    int nt = tq_cpu_nt(be);
+    if (bytes < MEMSET_PAR_BYTES || nt < 2) {
+        if (bytes) memset(p, 0, bytes);
+        return;
+    }
+#pragma omp parallel for num_threads(nt) schedule(static)
+    for (int t = 0; t < nt; t++) {
+        size_t a = bytes * (size_t)t / (size_t)nt / 64 * 64, b = t + 1 == nt ? bytes : bytes * (size_t)(t + 1) / (size_t)nt / 64 * 64;
+        memset((char *)p + a, 0, b - a);
+    }
+}
 static void cpu_copy(tq_backend *be, void *dst, const void *src, size_t bytes) {
     if (bytes && dst != src) memmove(dst, src, bytes);
 }
