@@ -458,7 +458,11 @@ static size_t need_of(const dconv *c, int kind) {
  *   f32 (jit:avx512_core) gained nowhere but the s2 256→512 weight gradient (1.3×).
  * So, bf16 where oneDNN has AMX and the GEMM's output channels number 256 or more: the weight
  * gradient on output maps of at most 64 positions, the forward (and backward-data, a forward)
- * on at most 16 (every such shape measured won, 1.26-11×). TQ_CPU_CONV_GEMM=0 never takes
+ * on at most 16 (every such shape measured won, 1.26-11×); and the weight gradient of a 1×1
+ * with C·K >= 65536 on at most 32×32 positions (per call, batch 128, kernel → GEMMs: 16×16
+ * 512→128 12.4 → 7.5, 128→512 9.5 → 6.3, 8×8 1024→256 18.1 → 5.3, 4×4 512→2048 31.1 → 4.4,
+ * s2 32×32 256→512 28.2 → 9.9, 28×28 512→128 31.0 → 23.7, through a copy of x that a 1×1
+ * stride-1 one no longer makes; 32×32 64→256 10.4 → 11.0 lost). TQ_CPU_CONV_GEMM=0 never takes
  * them, =1 takes them for every f32 and bf16 convolution they fit (how the tests run them on
  * any CPU). */
 #define GM_IMAGES 32
@@ -494,9 +498,13 @@ static int gemm_route(const dconv *c, int kind) {
     if (mode == 2) return 1;
     tq_conv_desc f = gm_desc(c, kind);
     size_t pq = (size_t)tq_conv_out(f.x.h, f.r, f.stride, f.pad) * tq_conv_out(f.x.w, f.s, f.stride, f.pad);
-    return c->dt == TQ_BF16 && (dnnl_get_effective_cpu_isa() & 0x3e7) == 0x3e7 && f.k >= 256 &&
-           pq <= (kind == K_BWDW ? 64u : 16u);
+    if (c->dt != TQ_BF16 || (dnnl_get_effective_cpu_isa() & 0x3e7) != 0x3e7) return 0;
+    if (kind == K_BWDW && f.r * f.s == 1 && (size_t)f.x.c * f.k >= 65536 && pq <= 1024) return 1;
+    return f.k >= 256 && pq <= (kind == K_BWDW ? 64u : 16u);
 }
+
+/* a 1×1 stride-1 unpadded convolution's cols are its input rows as they are */
+static int gm_direct(const tq_conv_desc *f) { return f->r == 1 && f->s == 1 && f->stride == 1 && f->pad == 0; }
 
 /* the matmul of a chunk of nb images of f = gm_desc(c, kind), rows = nb·P·Q, RSC = R·S·f.x.c:
  *   fwd:  y[rows][K] = cols[rows][RSC] · W[K][RSC]ᵀ + bias[K]     (bias f32, y in dt)
@@ -544,7 +552,7 @@ static int make_gm(tq_dnnl *D, dconv *c, int kind, gplan *gp) {
     if (nb > (size_t)f.x.n) nb = (size_t)f.x.n;
     gp->nb = (int)nb;
     gp->nlast = f.x.n % gp->nb;
-    gp->cols = nb * img;
+    gp->cols = gm_direct(&f) ? 0 : nb * img;
     if (make_gm_step(D, c, kind, gp->nb, &gp->full) ||
         (gp->nlast && make_gm_step(D, c, kind, gp->nlast, &gp->last))) {
         step_free(&gp->full);
@@ -596,7 +604,8 @@ static int run_gm(tq_backend *be, tq_dnnl *D, const dconv *c, const gplan *gp, i
                        tq_conv_out(f.x.w, f.s, f.stride, f.pad) * f.k * es;   /* y, dx or dy bytes an image */
     for (int n0 = 0; n0 < f.x.n; n0 += gp->nb) {
         int nb = f.x.n - n0 < gp->nb ? f.x.n - n0 : gp->nb;
-        gm_im2col(be, &f, es, src, n0, nb, cols);
+        if (gm_direct(&f)) cols = (unsigned char *)src + (size_t)n0 * f.x.h * f.x.w * f.x.c * es;
+        else gm_im2col(be, &f, es, src, n0, nb, cols);
         dstep *s = (dstep *)(nb == gp->nb ? &gp->full : &gp->last);
         int rc;
         if (kind == K_FWD) {

@@ -773,6 +773,7 @@ static void test_conv_gemm(void **state) {
         { 1,  7, 5,  3,  2, 2, 3, 1, 0, 1, 1, 0 },
         { 2,  9, 9,  3,  4, 7, 7, 2, 3, 1, 1, 0 },
         { 37, 2, 3, 16, 24, 3, 3, 1, 1, 1, 0, 0 },   /* 32 images a chunk, then 5 */
+        { 37, 2, 3, 16, 24, 1, 1, 1, 0, 1, 0, 0 },   /* 1×1: x's rows are the cols, chunked too */
     };
     tq_backend *keep = be;
     setenv("TQ_CPU_WINOGRAD", "0", 1);
@@ -798,6 +799,8 @@ static void test_conv_gemm(void **state) {
     tq_conv_desc small = { { 4, 4, 4, 256 }, 256, 3, 3, 1, 1 }, s2 = { { 4, 16, 16, 128 }, 256, 3, 3, 2, 1 };
     tq_conv_desc mid = { { 4, 8, 8, 256 }, 256, 3, 3, 1, 1 }, big = { { 4, 16, 16, 256 }, 256, 3, 3, 1, 1 };
     tq_conv_desc few = { { 4, 4, 4, 256 }, 128, 3, 3, 1, 1 };
+    /* and the weight gradient of a 1×1 of C·K >= 65536 on at most 32×32 positions */
+    tq_conv_desc one = { { 4, 16, 16, 512 }, 128, 1, 1, 1, 0 }, one_small = { { 4, 32, 32, 64 }, 256, 1, 1, 1, 0 };
     int amx = tq_dnnl_has_amx(be);
     for (int kind = 0; kind <= 2; kind++) {
         assert_int_equal(tq_dnnl_conv_is_gemm(be, &small, TQ_BF16, kind), amx);
@@ -806,6 +809,8 @@ static void test_conv_gemm(void **state) {
         assert_int_equal(tq_dnnl_conv_is_gemm(be, &big, TQ_BF16, kind), 0);
         assert_int_equal(tq_dnnl_conv_is_gemm(be, &few, TQ_BF16, kind), kind == 1 && amx);
         assert_int_equal(tq_dnnl_conv_is_gemm(be, &small, TQ_F32, kind), 0);
+        assert_int_equal(tq_dnnl_conv_is_gemm(be, &one, TQ_BF16, kind), kind == 2 && amx);
+        assert_int_equal(tq_dnnl_conv_is_gemm(be, &one_small, TQ_BF16, kind), 0);
     }
     tq_backend_free(be);
     tq_cpu_conv_gemm_set(-1);
