@@ -248,6 +248,18 @@ static dnnl_primitive_attr_t make_attr(float sum) {
     return at;
 }
 
+/* the primitive descriptor of operation descriptor od with a user scratchpad, a sum post-op when
+ * sum is not 0, and hint (the forward's, or NULL); NULL where oneDNN has none */
+static dnnl_primitive_desc_t pd_make(tq_dnnl *D, const_dnnl_op_desc_t od, float sum,
+                                     const_dnnl_primitive_desc_t hint) {
+    dnnl_primitive_attr_t at = make_attr(sum);
+    if (!at) return NULL;
+    dnnl_primitive_desc_t pd = NULL;
+    dnnl_status_t st = dnnl_primitive_desc_create(&pd, od, at, D->eng, hint);
+    dnnl_primitive_attr_destroy(at);
+    return st == dnnl_success ? pd : NULL;
+}
+
 /* a reorder from `from` to `to` (sum: to = from + to), or none (s->p NULL, *bytes 0) when the
  * layouts are equal and no sum is asked for. *bytes: the bytes of `to` when a reorder is made. */
 static int reorder_make(tq_dnnl *D, dstep *s, const dnnl_memory_desc_t *from,
@@ -345,15 +357,8 @@ static int make_fpd(tq_dnnl *D, dconv *c, const dgeom *g) {
     if (c->fpd) return 0;
     opdesc cd;
     if (op_desc(c, g, K_FWD, 1, &cd)) return -1;
-    dnnl_primitive_attr_t at = make_attr(0.0f);
-    if (!at) return -1;
-    dnnl_status_t st = dnnl_primitive_desc_create(&c->fpd, &cd, at, D->eng, NULL);
-    dnnl_primitive_attr_destroy(at);
-    if (st != dnnl_success) {
-        c->fpd = NULL;
-        return -1;
-    }
-    return 0;
+    c->fpd = pd_make(D, &cd, 0.0f, NULL);
+    return c->fpd ? 0 : -1;
 }
 
 /* ---- workspace layouts (byte offsets from the 64-byte aligned base) ---- */
@@ -486,6 +491,12 @@ static tq_conv_desc gm_desc(const dconv *c, int kind) {
     return t;
 }
 
+/* output positions an image of f (P·Q) */
+static size_t gm_pq(const tq_conv_desc *f) {
+    tq_shape y = tq_conv_yshape(f);
+    return (size_t)y.h * y.w;
+}
+
 static int gemm_route(const dconv *c, int kind) {
     int mode = gm_mode;
     if (mode < 0) {
@@ -497,7 +508,7 @@ static int gemm_route(const dconv *c, int kind) {
     if (kind == K_BWDD && (d->stride != 1 || d->r != d->s || d->pad > d->r - 1)) return 0;
     if (mode == 2) return 1;
     tq_conv_desc f = gm_desc(c, kind);
-    size_t pq = (size_t)tq_conv_out(f.x.h, f.r, f.stride, f.pad) * tq_conv_out(f.x.w, f.s, f.stride, f.pad);
+    size_t pq = gm_pq(&f);
     if (c->dt != TQ_BF16 || (dnnl_get_effective_cpu_isa() & 0x3e7) != 0x3e7) return 0;
     if (kind == K_BWDW && f.r * f.s == 1 && (size_t)f.x.c * f.k >= 65536 && pq <= 1024) return 1;
     return f.k >= 256 && pq <= (kind == K_BWDW ? 64u : 16u);
@@ -513,8 +524,7 @@ static int gm_direct(const tq_conv_desc *f) { return f->r == 1 && f->s == 1 && f
 static int make_gm_step(tq_dnnl *D, dconv *c, int kind, int nb, dstep *s) {
     const tq_conv_desc f = gm_desc(c, kind);
     const dnnl_dim_t K = f.k, rsc = (dnnl_dim_t)f.r * f.s * f.x.c;
-    const dnnl_dim_t rows = (dnnl_dim_t)nb * tq_conv_out(f.x.h, f.r, f.stride, f.pad) *
-                            tq_conv_out(f.x.w, f.s, f.stride, f.pad);
+    const dnnl_dim_t rows = (dnnl_dim_t)(nb * gm_pq(&f));
     const dnnl_data_type_t t = dnnl_dt(c->dt);
     const int w = kind == K_BWDW, fwd = kind == K_FWD;
     dnnl_dims_t ad = { w ? K : rows, w ? rows : rsc }, as = { w ? 1 : rsc, w ? K : 1 };
@@ -529,12 +539,8 @@ static int make_gm_step(tq_dnnl *D, dconv *c, int kind, int nb, dstep *s) {
         dnnl_memory_desc_init_by_tag(&bias, 2, biasd, dnnl_f32, dnnl_ab) != dnnl_success ||
         dnnl_matmul_desc_init(&md, &a, &b, fwd ? &bias : NULL, &o) != dnnl_success)
         return -1;
-    dnnl_primitive_attr_t at = make_attr(fwd ? 0.0f : 1.0f);
-    if (!at) return -1;
-    dnnl_primitive_desc_t pd = NULL;
-    dnnl_status_t st = dnnl_primitive_desc_create(&pd, &md, at, D->eng, NULL);
-    dnnl_primitive_attr_destroy(at);
-    if (st != dnnl_success) return -1;
+    dnnl_primitive_desc_t pd = pd_make(D, &md, fwd ? 0.0f : 1.0f, NULL);
+    if (!pd) return -1;
     static const int args3[] = { DNNL_ARG_SRC, DNNL_ARG_WEIGHTS, DNNL_ARG_DST };
     static const int args4[] = { DNNL_ARG_SRC, DNNL_ARG_WEIGHTS, DNNL_ARG_BIAS, DNNL_ARG_DST };
     int rc = step_make(D, s, pd, fwd ? args4 : args3, fwd ? 4 : 3);
@@ -544,8 +550,7 @@ static int make_gm_step(tq_dnnl *D, dconv *c, int kind, int nb, dstep *s) {
 
 static int make_gm(tq_dnnl *D, dconv *c, int kind, gplan *gp) {
     const tq_conv_desc f = gm_desc(c, kind);
-    size_t img = (size_t)tq_conv_out(f.x.h, f.r, f.stride, f.pad) * tq_conv_out(f.x.w, f.s, f.stride, f.pad) *
-                 f.r * f.s * f.x.c * esize(c->dt);   /* one image's cols */
+    size_t img = gm_pq(&f) * f.r * f.s * f.x.c * esize(c->dt);   /* one image's cols */
     size_t nb = GM_COLS_BYTES / img;
     if (nb > GM_IMAGES) nb = GM_IMAGES;
     if (nb < 1) nb = 1;
@@ -568,7 +573,8 @@ static int make_gm(tq_dnnl *D, dconv *c, int kind, gplan *gp) {
 static void gm_im2col(tq_backend *be, const tq_conv_desc *f, size_t es, const void *x, int n0, int nb,
                       unsigned char *cols) {
     const int H = f->x.h, W = f->x.w, C = f->x.c, R = f->r, S = f->s;
-    const int P = tq_conv_out(H, R, f->stride, f->pad), Q = tq_conv_out(W, S, f->stride, f->pad);
+    const tq_shape y = tq_conv_yshape(f);
+    const int P = y.h, Q = y.w;
     const size_t run = (size_t)C * es, rsc = (size_t)R * S * run, rows = (size_t)nb * P * Q;
     const unsigned char *xb = x;
     int nt = rows * rsc >= (size_t)TQ_PAR_MIN ? tq_cpu_nt(be) : 1;
@@ -600,8 +606,7 @@ static int run_gm(tq_backend *be, tq_dnnl *D, const dconv *c, const gplan *gp, i
                   unsigned char *cols, void *sp) {
     const tq_conv_desc f = gm_desc(c, kind);
     const size_t es = esize(c->dt);
-    const size_t opi = (size_t)tq_conv_out(f.x.h, f.r, f.stride, f.pad) *
-                       tq_conv_out(f.x.w, f.s, f.stride, f.pad) * f.k * es;   /* y, dx or dy bytes an image */
+    const size_t opi = gm_pq(&f) * f.k * es;   /* y, dx or dy bytes an image */
     for (int n0 = 0; n0 < f.x.n; n0 += gp->nb) {
         int nb = f.x.n - n0 < gp->nb ? f.x.n - n0 : gp->nb;
         if (gm_direct(&f)) cols = (unsigned char *)src + (size_t)n0 * f.x.h * f.x.w * f.x.c * es;
@@ -626,15 +631,12 @@ static int run_gm(tq_backend *be, tq_dnnl *D, const dconv *c, const gplan *gp, i
 /* ---- the kinds ---- */
 
 static int make_fwd(tq_dnnl *D, dconv *c, const dgeom *g) {
-    if (make_fpd(D, c, g)) return -1;
-    if (gemm_route(c, K_FWD) && make_gm(D, c, K_FWD, &c->gf) == 0) {
-        c->zero = calloc((size_t)c->d.k, sizeof(float));
-        return c->zero ? 0 : -1;
+    if (!(gemm_route(c, K_FWD) && make_gm(D, c, K_FWD, &c->gf) == 0)) {
+        static const int args[] = { DNNL_ARG_SRC, DNNL_ARG_WEIGHTS, DNNL_ARG_BIAS, DNNL_ARG_DST };
+        if (make_fpd(D, c, g) || step_make(D, &c->f, c->fpd, args, 4) ||
+            reorder_make(D, &c->f_wr, &g->wplain, pd_md(c->fpd, DNNL_ARG_WEIGHTS), 0, &c->f_wb))
+            return -1;
     }
-    static const int args[] = { DNNL_ARG_SRC, DNNL_ARG_WEIGHTS, DNNL_ARG_BIAS, DNNL_ARG_DST };
-    if (step_make(D, &c->f, c->fpd, args, 4)) return -1;
-    if (reorder_make(D, &c->f_wr, &g->wplain, pd_md(c->fpd, DNNL_ARG_WEIGHTS), 0, &c->f_wb))
-        return -1;
     c->zero = calloc((size_t)c->d.k, sizeof(float));
     return c->zero ? 0 : -1;
 }
@@ -659,12 +661,8 @@ static int make_tr(tq_dnnl *D, dconv *c) {
     if (dnnl_convolution_forward_desc_init(&cd, dnnl_forward_inference, dnnl_convolution_direct,
                                            &src, &wany, NULL, &dst, st, pl, pr) != dnnl_success)
         return -1;
-    dnnl_primitive_attr_t at = make_attr(1.0f);
-    if (!at) return -1;
-    dnnl_primitive_desc_t pd = NULL;
-    dnnl_status_t s = dnnl_primitive_desc_create(&pd, &cd, at, D->eng, NULL);
-    dnnl_primitive_attr_destroy(at);
-    if (s != dnnl_success) return -1;
+    dnnl_primitive_desc_t pd = pd_make(D, &cd, 1.0f, NULL);
+    if (!pd) return -1;
     static const int args[] = { DNNL_ARG_SRC, DNNL_ARG_WEIGHTS, DNNL_ARG_DST };
     int rc = step_make(D, &c->t, pd, args, 3) ||
              reorder_make(D, &c->t_wr, &wplain, pd_md(pd, DNNL_ARG_WEIGHTS), 0, &c->t_wb);
@@ -679,16 +677,12 @@ static int make_tr(tq_dnnl *D, dconv *c) {
 }
 
 static int make_bwdd(tq_dnnl *D, dconv *c, const dgeom *g) {
-    if (make_fpd(D, c, g)) return -1;
     if (gemm_route(c, K_BWDD) && make_gm(D, c, K_BWDD, &c->gd) == 0) return 0;
+    if (make_fpd(D, c, g)) return -1;
     opdesc cd;
     if (op_desc(c, g, K_BWDD, 1, &cd)) return -1;
-    dnnl_primitive_attr_t at = make_attr(0.0f);
-    if (!at) return -1;
-    dnnl_primitive_desc_t pd = NULL;
-    dnnl_status_t s = dnnl_primitive_desc_create(&pd, &cd, at, D->eng, c->fpd);
-    dnnl_primitive_attr_destroy(at);
-    if (s != dnnl_success) return -1;
+    dnnl_primitive_desc_t pd = pd_make(D, &cd, 0.0f, c->fpd);
+    if (!pd) return -1;
     static const int args[] = { DNNL_ARG_DIFF_DST, DNNL_ARG_WEIGHTS, DNNL_ARG_DIFF_SRC };
     int rc = step_make(D, &c->b, pd, args, 3) ||
              reorder_make(D, &c->b_wr, &g->wplain, pd_md(pd, DNNL_ARG_WEIGHTS), 0, &c->b_wb);
@@ -702,12 +696,8 @@ static int make_bwdd(tq_dnnl *D, dconv *c, const dgeom *g) {
 static int make_bwdw_variant(tq_dnnl *D, dconv *c, const dgeom *g, int bias) {
     opdesc cd;
     if (op_desc(c, g, K_BWDW, bias, &cd)) return -1;
-    dnnl_primitive_attr_t at = make_attr(0.0f);
-    if (!at) return -1;
-    dnnl_primitive_desc_t pd = NULL;
-    dnnl_status_t s = dnnl_primitive_desc_create(&pd, &cd, at, D->eng, c->fpd);
-    dnnl_primitive_attr_destroy(at);
-    if (s != dnnl_success) return -1;
+    dnnl_primitive_desc_t pd = pd_make(D, &cd, 0.0f, c->fpd);
+    if (!pd) return -1;
     static const int args[] = { DNNL_ARG_SRC, DNNL_ARG_DIFF_DST, DNNL_ARG_DIFF_WEIGHTS,
                                 DNNL_ARG_DIFF_BIAS };
     int rc = step_make(D, &c->w[bias], pd, args, bias ? 4 : 3) ||
@@ -890,7 +880,7 @@ static int bwdd_direct(tq_backend *be, const tq_conv_desc *d, tq_dtype dt, int i
     wlay L;
     int rc;
     if (c->gd.on) {   /* dx = beta·dx + conv(dy, Wt) through the GEMMs' sum post-op */
-        if (beta == 0.0f) memset(dx, 0, nx_of(c) * esize(dt));
+        if (beta == 0.0f) be->i->memset0(be, dx, nx_of(c) * esize(dt));
         else if (beta != 1.0f) scale(be, dt, dx, nx_of(c), beta);
         lay_bwdd_gm(c, &L);
         flip_w(be, d, esize(dt), base + L.flip, w);
