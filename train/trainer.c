@@ -155,14 +155,19 @@ static int load_ops(run_ctx *r, int n, const uint8_t *img, const uint8_t *lab, i
                              AUG_PAD, r->mean, r->inv_std);
 }
 
-/* Loads n samples idx_host[0..n) of a split into the input and labels tensors. */
-static int load(run_ctx *r, int n, const uint8_t *img, const uint8_t *lab, const tq_aug *aug) {
+/* Copies idx_host[0..n) (and n augmentation draws, when aug) into the engine's idx/aug buffers. */
+static int put_indices(run_ctx *r, int n, const tq_aug *aug) {
     tq_backend *be = r->be;
     unsigned nerr = be->nerr;
     be->i->to_device(be, r->e.idx, r->idx_host, sizeof(int32_t) * n);
     if (aug) be->i->to_device(be, r->e.aug, aug, sizeof(tq_aug) * n);
-    if (transfers_failed(be, nerr)) return TQ_EDEVICE;
-    return load_ops(r, n, img, lab, aug != NULL);
+    return transfers_failed(be, nerr) ? TQ_EDEVICE : TQ_OK;
+}
+
+/* Loads n samples idx_host[0..n) of a split into the input and labels tensors. */
+static int load(run_ctx *r, int n, const uint8_t *img, const uint8_t *lab, const tq_aug *aug) {
+    int rc = put_indices(r, n, aug);
+    return rc ? rc : load_ops(r, n, img, lab, aug != NULL);
 }
 
 static int evaluate(run_ctx *r, int64_t step, int epoch, tq_eval_kind kind, tq_eval_rec *out) {
@@ -387,6 +392,30 @@ typedef struct {
     char err[512];
 } step_loop;
 
+/* The start of step s in either loop: the epoch's sample order, the gradients and the loss
+ * sums (loss, hits, overflow) zeroed. */
+static void step_begin(step_loop *L, int64_t s) {
+    run_ctx *r = L->r;
+    tq_backend *be = r->be;
+    int64_t epoch = s / L->spe;
+    if (epoch != r->perm_epoch) { tq_epoch_order(r->perm, L->N, L->sp->seed, epoch, L->sp->shuffle); r->perm_epoch = epoch; }
+    be->i->memset0(be, r->e.grads, r->e.g->nparam_elems * 4);
+    be->i->memset0(be, r->e.scalars, 3 * sizeof(float));
+}
+
+/* Micro-batch j of step s in either loop: its sample indices, and its augmentation draws, on
+ * the device (put_indices); the draws, or NULL without augmentation. */
+static int microbatch_indices(step_loop *L, int64_t s, int j, const tq_aug **aug) {
+    run_ctx *r = L->r;
+    const tq_spec *sp = L->sp;
+    const int b = sp->batch_size, accum = sp->accum_steps;
+    int64_t k = (s % L->spe) * accum + j;
+    for (int q = 0; q < b; q++) r->idx_host[q] = r->perm[k * b + q];
+    if (sp->augment) tq_aug_draw(r->aug_host, b, sp->seed, (uint64_t)(s * accum + j), AUG_PAD);
+    *aug = sp->augment ? r->aug_host : NULL;
+    return put_indices(r, b, *aug);
+}
+
 /* unscale and inf check, optimizer (writing the 16-bit weight copy in the same pass), the scaler
  * update */
 static int ds_tail_ops(step_loop *L) {
@@ -468,15 +497,11 @@ static int ds_launch(step_loop *L, int64_t s, int marked, step_ref *out) {
     const tq_backend_i *I = be->i;
     const tq_spec *sp = L->sp;
     tq_engine *e = &r->e;
-    const tq_graph *g = e->g;
     const int b = sp->batch_size, accum = sp->accum_steps;
-    int64_t epoch = s / L->spe;
-    if (epoch != r->perm_epoch) { tq_epoch_order(r->perm, L->N, sp->seed, epoch, sp->shuffle); r->perm_epoch = epoch; }
     int rc = TQ_OK;
     if (marked && (rc = I->fetch_begin(be, 2 + (int)(s % 2), NULL, 0))) return rc;
     unsigned nerr = be->nerr;   /* transfers_failed */
-    I->memset0(be, e->grads, g->nparam_elems * 4);
-    I->memset0(be, e->scalars, 3 * sizeof(float));
+    step_begin(L, s);
     double lr = tq_lr_at(sp, s, L->total);
     tq_dstep_in in;
     memset(&in, 0, sizeof in);
@@ -495,19 +520,14 @@ static int ds_launch(step_loop *L, int64_t s, int marked, step_ref *out) {
     if (transfers_failed(be, nerr)) rc = TQ_EDEVICE;
     size_t extent = 0;
     for (int j = 0; j < accum && !rc; j++) {
-        int64_t k = (s % L->spe) * accum + j;
-        nerr = be->nerr;   /* an op of the last micro-batch may have set err and recovered */
-        for (int q = 0; q < b; q++) r->idx_host[q] = r->perm[k * b + q];
-        if (sp->augment) tq_aug_draw(r->aug_host, b, sp->seed, (uint64_t)(s * accum + j), AUG_PAD);
-        I->to_device(be, e->idx, r->idx_host, sizeof(int32_t) * b);
-        if (sp->augment) I->to_device(be, e->aug, r->aug_host, sizeof(tq_aug) * b);
-        if (transfers_failed(be, nerr)) { rc = TQ_EDEVICE; break; }
+        const tq_aug *aug;
+        if ((rc = microbatch_indices(L, s, j, &aug))) break;
         if (L->g_mb) {
             rc = I->graph_launch(be, L->g_mb);
             tq_engine_count_microbatch(e);
             if (L->mb_extent > extent) extent = L->mb_extent;
         } else {
-            rc = load_ops(r, b, r->train_img, r->train_lab, sp->augment);
+            rc = load_ops(r, b, r->train_img, r->train_lab, aug != NULL);
             if (!rc) rc = tq_engine_train_microbatch(e, 0.0f);
             if (e->extent_peak > extent) extent = e->extent_peak;
         }
@@ -704,16 +724,12 @@ static int host_train(step_loop *L, int64_t start) {
     for (int64_t s = start; s < L->total && !L->stop; s++) {
         tq_prof_set(r->prof, s >= r->prof_from);   /* evals and checkpoints stay out of the profile */
         double t0 = I->now_ms(be);   /* the stream is idle here: the last step ended with a sync */
-        int64_t epoch = s / L->spe;
-        if (epoch != r->perm_epoch) { tq_epoch_order(r->perm, L->N, sp->seed, epoch, sp->shuffle); r->perm_epoch = epoch; }
-        I->memset0(be, r->e.grads, g->nparam_elems * 4);
-        I->memset0(be, r->e.scalars, 3 * sizeof(float));
+        step_begin(L, s);
         size_t extent = 0;
         for (int j = 0; j < accum && !rc; j++) {
-            int64_t k = (s % L->spe) * accum + j;
-            for (int q = 0; q < b; q++) r->idx_host[q] = r->perm[k * b + q];
-            if (sp->augment) tq_aug_draw(r->aug_host, b, sp->seed, (uint64_t)(s * accum + j), AUG_PAD);
-            rc = load(r, b, r->train_img, r->train_lab, sp->augment ? r->aug_host : NULL);
+            const tq_aug *aug;
+            rc = microbatch_indices(L, s, j, &aug);
+            if (!rc) rc = load_ops(r, b, r->train_img, r->train_lab, aug != NULL);
             if (!rc) rc = tq_engine_train_microbatch(&r->e, (float)(L->scale / accum));
             if (r->e.extent_peak > extent) extent = r->e.extent_peak;
         }
