@@ -73,7 +73,7 @@ ifeq ($(CUDA),1)
   LIB_SRC  += $(wildcard kernels/cuda/*.c)
   CU_SRC   := $(wildcard kernels/cuda/*.cu)
   CFLAGS   += -I$(CUDA_HOME)/include
-  LDLIBS   += -L$(CUDA_LIBDIR) -Wl,-rpath,$(CUDA_LIBDIR) -lcudnn -lcublasLt -lcublas \
+  LDLIBS   += -L$(CUDA_LIBDIR) -Wl,-rpath,$(CUDA_LIBDIR) -lcudnn \
               $(CUDA_LIBDIR)/libcudart_static.a -ldl -lrt -lstdc++
 else ifeq ($(CUDA),0)
   LIB_SRC  += kernels/nocuda.c

@@ -6,7 +6,8 @@
  * - Memory: every block is one cudaMalloc (the engine allocates one block per planner region,
  *   before the first step, and nothing inside a step). A small host-side table remembers each
  *   block's size so that free() subtracts exactly what alloc() added to be->bytes_live.
- * - One non-blocking stream per backend; cuDNN and cuBLASLt run on it. to_host is synchronous
+ * - One non-blocking stream per backend; cuDNN and cuBLASLt run on it (cuBLASLt loaded here, on
+ *   the first backend, not at process start: cuda_lt_load.c). to_host is synchronous
  *   (the trainer reads the step's scalars once per step: the step's one sync). to_device of a
  *   small block (a micro-batch's sample indices and crop offsets) is asynchronous: the bytes are
  *   copied into a ring of pinned staging slots, and a slot is reused only after the event of
@@ -27,6 +28,7 @@
 #include <cublasLt.h>
 
 #include "cuda/cuda_internal.h"
+#include "cuda/cuda_desc.h"
 
 int tqc_cuda_fail(tq_backend *be, cudaError_t e, const char *what, const char *file, int line) {
     if (e == cudaSuccess) return 0;
@@ -484,6 +486,7 @@ tq_backend *tq_cuda_backend_open(const tq_cuda_opts *opts, char *why, size_t why
         snprintf(why, why_len, "cudnnSetStream: %s", cudnnGetErrorString(st));
         goto fail;
     }
+    if (tqc_lt_load(why, why_len)) goto fail;
     cublasLtHandle_t lt;
     cublasStatus_t bs = cublasLtCreate(&lt);
     if (bs != CUBLAS_STATUS_SUCCESS) {

@@ -14,6 +14,7 @@
  * rule (TF32 tensor-core engines for f32 only with the spec's tf32 allowing them); the error
  * line carries status, call, file and line. And the backend's operation table is complete (a new
  * operation of kernels/backend.h that the CUDA backend lacks fails here, with no GPU needed).
+ * cuBLASLt is not in the process until its first use (cuda_lt_load.c), then it is.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -21,6 +22,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <dlfcn.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -370,8 +372,26 @@ static void test_lin_descs(void **state) {
     assert_int_equal(tqc_lin_compute_type(TQ_BF16, 1), CUBLAS_COMPUTE_32F);
 }
 
+/* First in main: no earlier test may have used cuBLASLt. Linked as a needed library again, it
+ * would be loaded (and its ~100 MB initialised) before main in every trainq process. */
+static void test_lt_loaded_on_first_use(void **state) {
+    (void)state;
+    char so[32], why[320] = "";
+    snprintf(so, sizeof so, "libcublasLt.so.%d", CUBLAS_VER_MAJOR);
+    void *h = dlopen(so, RTLD_NOW | RTLD_NOLOAD);
+    if (h) print_error("%s is loaded before anything used it (is it linked again?)\n", so);
+    assert_null(h);
+    int rc = tqc_lt_load(why, sizeof why);
+    if (rc) print_error("%s\n", why);
+    assert_int_equal(rc, 0);
+    assert_non_null(h = dlopen(so, RTLD_NOW | RTLD_NOLOAD));
+    dlclose(h);
+    assert_string_equal(cublasLtGetStatusName(CUBLAS_STATUS_INVALID_VALUE), "CUBLAS_STATUS_INVALID_VALUE");
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_lt_loaded_on_first_use),
         cmocka_unit_test(test_geom_strides),
         cmocka_unit_test(test_conv_ops_finalize),
         cmocka_unit_test(test_conv_wrong_shape),
