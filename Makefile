@@ -174,8 +174,9 @@ unit: $(TESTS) $(BUILD)/gpu_ops
 parity: $(BUILD)/trainq
 	$(PYTHON) -m pytest -q tests/parity tests/integration
 
+# the build in parallel (one job per CPU): serial, it was 100 of CI's ~700 s on 2 cores
 test: deps
-	$(MAKE) all $(TESTS)
+	$(MAKE) -j$(shell nproc) all $(TESTS)
 	$(MAKE) unit
 	$(MAKE) -j2 fuzz-smoke FUZZ_SMOKE_TIME=20
 	$(MAKE) parity
