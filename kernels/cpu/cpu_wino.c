@@ -197,8 +197,24 @@ static inline void tile_at(const wgeom *g, size_t t, int *n, int *ty, int *tx) {
  * output channels contiguous, as the kernels with vectors over k want it (the Winograd forward
  * filter transform, the thin forward) */
 static void w_kmajor(const void *w, int dt, int K, int C, int k0, int k1, float *wt) {
-    for (int k = k0; k < k1; k++)
-        for (int j = 0; j < 9 * C; j++) wt[(size_t)j * K + k] = tq_ld(w, (tq_dtype)dt, (size_t)k * 9 * C + j);
+    /* in tiles of 16 k × 16 j, each j's 16 k one store run (a cache line of wt) from 16 rows of
+     * w that stay in L1. Row by row instead, a k at a time, every store went to another line K
+     * floats on, 2 KB apart at 512 channels (two L1 sets): 8-15 ms of a 25 ms resnet18 4×4×512
+     * forward call on 2 cores */
+    enum { B = 16 };
+    const size_t J = (size_t)9 * C;
+    for (int kb = k0; kb < k1; kb += B) {
+        const int ke = kb + B < k1 ? kb + B : k1;
+        for (size_t jb = 0; jb < J; jb += B) {
+            const size_t je = jb + B < J ? jb + B : J;
+            if (dt == TQ_F32)
+                for (size_t j = jb; j < je; j++)
+                    for (int k = kb; k < ke; k++) wt[j * K + k] = ((const float *)w)[(size_t)k * J + j];
+            else
+                for (size_t j = jb; j < je; j++)
+                    for (int k = kb; k < ke; k++) wt[j * K + k] = tq_ld(w, (tq_dtype)dt, (size_t)k * J + j);
+        }
+    }
 }
 
 /* ---- 8 channels in and out of an AVX2 register: ld8, st8 (cpu_f16c.h) ---- */

@@ -108,6 +108,16 @@ WFN static void W(input_block)(const wgeom *g, const void *x, size_t t0, int cnt
     else W(input_tiles)(g, x, t0, cnt, V, 4);
 }
 
+/* U[e] (ci × co) is packed in column strips of 2·WV (the last one WV wide when co is an odd
+ * number of registers), each strip's rows one after the other: the GEMM below reads a strip
+ * front to back. Row-major (rows co floats apart), a strip's two registers a row were 2 KB
+ * apart at 512 channels, which the prefetchers did not follow: the GEMM of a resnet18 4×4×512
+ * forward call ran at 35 GFLOP/s a core. The place of element (r, j) in that layout: */
+WIN size_t W(upos)(int ci, int co, int r, int j) {
+    const int k0 = j / (2 * WV) * (2 * WV), ws = co - k0 < 2 * WV ? co - k0 : 2 * WV;
+    return (size_t)k0 * ci + (size_t)r * ws + (size_t)(j - k0);
+}
+
 /* rows [0, nr) of a GEMM block × one register of outputs at column k; nr a constant, MR or 2·MR:
  * 12 accumulators, as many as the two-register loop has (6 chains of FMAs do not hide their
  * latency on two FMA ports) */
@@ -115,8 +125,9 @@ WIN void W(gemm_col1)(int nr, int ci, int co, const float *a, const float *U, fl
     VT acc[2 * MR];
     WUNROLL(16)
     for (int i = 0; i < nr; i++) acc[i] = VZERO();
-    const float *b = U + k;
-    for (int c = 0; c < ci; c++, b += co) {
+    const float *b = U + (size_t)k * ci;   /* the last strip, WV wide (upos) */
+    (void)co;
+    for (int c = 0; c < ci; c++, b += WV) {
         VT b0 = VLD(b);
         WUNROLL(16)
         for (int i = 0; i < nr; i++) acc[i] = VFMA(VBCAST(a + (size_t)i * ci + c), b0, acc[i]);
@@ -125,7 +136,7 @@ WIN void W(gemm_col1)(int nr, int ci, int co, const float *a, const float *U, fl
     for (int i = 0; i < nr; i++) VST(m + (size_t)i * co + k, acc[i]);
 }
 
-/* M[rows][co] = V[rows][ci] · U[ci][co] for rows a multiple of MR (co a multiple of WV): pairs of
+/* M[rows][co] = V[rows][ci] · U[ci][co] (U packed: upos) for rows a multiple of MR (co a multiple of WV): pairs of
  * registers of outputs over MR rows, then a last single register over 2·MR rows. Each output is
  * one chain of FMAs over c in order, however the block is cut. */
 WIN void W(gemm_block_ci)(int rows, int ci, int co, const float *V, const float *U, float *M) {
@@ -137,8 +148,8 @@ WIN void W(gemm_block_ci)(int rows, int ci, int co, const float *V, const float 
             VT acc[MR][2];
             WUNROLL(16)
             for (int i = 0; i < MR; i++) acc[i][0] = acc[i][1] = VZERO();
-            const float *b = U + k;
-            for (int c = 0; c < ci; c++, b += co) {
+            const float *b = U + (size_t)k * ci;   /* its strip (upos) */
+            for (int c = 0; c < ci; c++, b += 2 * WV) {
                 VT b0 = VLD(b), b1 = VLD(b + WV);
                 WUNROLL(16)
                 for (int i = 0; i < MR; i++) {
@@ -255,7 +266,7 @@ WFN static void W(output_block)(const wgeom *g, const float *M, const float *bia
     else W(output_tiles)(g, M, bias, beta, t0, cnt, y, 4);
 }
 
-/* ---- the filter transform: U[ξ][ci][co] = (G g Gᵀ)ξ ---- */
+/* ---- the filter transform: U[ξ][ci][co] = (G g Gᵀ)ξ, each U[ξ] packed in strips (upos) ---- */
 
 /* G g Gᵀ of a 3×3 kernel (g row-major) */
 WIN void W(filt_tf)(const VT g[9], VT u[16]) {
@@ -313,32 +324,35 @@ WIN void W(filt_store)(const VT g[9], int E, float *o, size_t plane) {
 }
 
 /* bwd_data (flipped): U[e][k][c] = (G g Gᵀ)e with g[r][s] = w[k][2−r][2−s][c], vectors over c
- * (contiguous in w and in U), for k in [k0, k1) */
+ * (contiguous in w), for k in [k0, k1); strip by strip of U (upos), so that the stores of a
+ * strip's rows k0..k1 follow one another */
 WIN void W(filter_flip)(const void *w, int dt, int K, int C, int k0, int k1, float *U, int E) {
     const size_t plane = (size_t)K * C;
-    for (int k = k0; k < k1; k++)
-        for (int c = 0; c < C; c += WV) {
-            VT g[9];
-            WUNROLL(16)
-            for (int rs = 0; rs < 9; rs++) g[rs] = VLDT(w, ((size_t)k * 9 + 8 - rs) * C + c, dt);
-            W(filt_store)(g, E, U + (size_t)k * C + c, plane);
-        }
+    for (int s0 = 0; s0 < C; s0 += 2 * WV)
+        for (int k = k0; k < k1; k++)
+            for (int c = s0; c < s0 + 2 * WV && c < C; c += WV) {
+                VT g[9];
+                WUNROLL(16)
+                for (int rs = 0; rs < 9; rs++) g[rs] = VLDT(w, ((size_t)k * 9 + 8 - rs) * C + c, dt);
+                W(filt_store)(g, E, U + W(upos)(K, C, k, c), plane);
+            }
 }
 
 /* fwd: U[e][c][k] wants vectors over k, which w [K][3][3][C] holds 9·C apart. So each thread
  * first copies its rows k0..k1 into wt[r][s][c][k] (f32, w_kmajor), and after a barrier
  * transforms input channels c0..c1 from wt with vectors over k: every store a whole register
  * (the scattered stores of a transform over c cost a 64-channel forward call 0.07-0.16 ms,
- * 6-15 %) */
+ * 6-15 %), strip by strip of U (upos) as in filter_flip */
 WIN void W(filter_fwd)(const float *wt, int K, int C, int c0, int c1, float *U, int E) {
     const size_t plane = (size_t)C * K;
-    for (int c = c0; c < c1; c++)
-        for (int k = 0; k < K; k += WV) {
-            VT g[9];
-            WUNROLL(16)
-            for (int rs = 0; rs < 9; rs++) g[rs] = VLD(wt + ((size_t)rs * C + c) * K + k);
-            W(filt_store)(g, E, U + (size_t)c * K + k, plane);
-        }
+    for (int s0 = 0; s0 < K; s0 += 2 * WV)
+        for (int c = c0; c < c1; c++)
+            for (int k = s0; k < s0 + 2 * WV && k < K; k += WV) {
+                VT g[9];
+                WUNROLL(16)
+                for (int rs = 0; rs < 9; rs++) g[rs] = VLD(wt + ((size_t)rs * C + c) * K + k);
+                W(filt_store)(g, E, U + W(upos)(C, K, c, k), plane);
+            }
 }
 
 /* U[E][ci][co] of w [K][3][3][C]: fwd ci = C, co = K, g = w[k][·][·][c]; bwd_data (flip) ci = K,
