@@ -102,6 +102,7 @@ static int geom(tq_backend *be, const char *op, const tq_conv_desc *d, tq_dtype 
 
 static size_t up16(size_t f) { return (f + 15) / 16 * 16; }
 static int wino_use(tq_backend *be, const tq_conv_desc *d, tq_dtype dt);
+static int wino_few(tq_backend *be, const tq_conv_desc *d, tq_dtype dt, int op);
 static int thin_use(tq_backend *be, const tq_conv_desc *d, int op);
 static int cx_tile(tq_backend *be, int op);
 
@@ -187,7 +188,7 @@ static size_t conv_ws_impl(tq_backend *be, const tq_conv_desc *d, tq_dtype dt, i
         if (!lin && wino_use(be, d, dt)) {
             b = tq_cpu_wino_ws(d, op, tq_cpu_nt(be), cx_tile(be, op));
             if (b > m) m = b;
-            continue;
+            if (!wino_few(be, d, dt, op)) continue;   /* else oneDNN's too: wino_few */
         }
         if (!lin && thin_use(be, d, op)) {
             b = tq_cpu_thin_ws(d, op, tq_cpu_nt(be));
@@ -686,6 +687,31 @@ static int wino_use(tq_backend *be, const tq_conv_desc *d, tq_dtype dt) {
     return 1;   /* f16, bf16 without AMX: against oneDNN's f32 kernels on f32 copies, all of them */
 }
 
+/* Of the convolutions wino_use gives Winograd, the forward and backward-data ops (the latter
+ * without accumulation: oneDNN's accumulates through a workspace and an add) that go to oneDNN
+ * after all: in f32 on AVX-512 registers (WINO_WIDE), with F(4×4, 3×3), when the transformed
+ * kernel U takes 16 MiB or more and the op has fewer than 1024 outputs per channel (N·P·Q). U
+ * is made again every call, and with few tiles to reuse it its making and streaming cost more
+ * than oneDNN's whole direct convolution. On 2 Sapphire-Rapids-class cores (ms, Winograd vs
+ * oneDNN, forward): 4×4×512 at batch 16 7.1 vs 5.4, batch 32 12.6 vs 10.0, batch 64 16.2 vs
+ * 19.4; 7×7×512 at batch 16 15.9 vs 11.4; 256 channels (U 9 MiB) won from 512 outputs (4×4 at
+ * batch 32: 2.0 vs 2.2) and 2×2 maps (F(2×2, 3×3), U 16 MiB at 512 channels) at batch 32-64
+ * 5.1-6.5 vs 6.4-11.6. Whole steps: resnet18 fp32 (docs/engine.md). AVX2 keeps Winograd. */
+static int wino_few(tq_backend *be, const tq_conv_desc *d, tq_dtype dt, int op) {
+    const tq_cpu_ctx *cx = be->ctx;
+    if (!cx || cx->wino != WINO_WIDE || dt != TQ_F32 || op == OP_BWD_FILTER) return 0;
+    size_t outputs;
+    const size_t u = tq_cpu_wino_u_bytes(d, op == OP_BWD_DATA, cx->wino_tile, &outputs);
+    const int f44 = u == (size_t)36 * d->x.c * d->k * sizeof(float);   /* 36 products a tile */
+    return f44 && u >= ((size_t)16 << 20) && outputs < 1024;
+}
+
+/* op (kind 0 fwd, 1 bwd_data with this beta, 2 bwd_filter) runs Winograd: the dispatch below */
+int tq_cpu_conv_is_wino(tq_backend *be, const tq_conv_desc *d, tq_dtype dt, int op, float beta) {
+    if (!wino_use(be, d, dt)) return 0;
+    return op == OP_BWD_FILTER || !wino_few(be, d, dt, op) || (op == OP_BWD_DATA && beta != 0.0f);
+}
+
 static int cx_vec(tq_backend *be) { return ((tq_cpu_ctx *)be->ctx)->wino_vec; }
 /* the op's Winograd tile: fwd and bwd_data wino_tile, bwd_filter wino_tile_bwdf */
 static int cx_tile(tq_backend *be, int op) {
@@ -736,7 +762,7 @@ int tq_cpu_conv_fwd(tq_backend *be, const tq_conv_desc *d, tq_dtype dt, void *y,
                     const void *w, const float *bias, void *ws, size_t ws_bytes) {
     cgeom g;
     if (!geom(be, "conv_fwd", d, dt, &g)) {
-        if (wino_use(be, d, dt))
+        if (tq_cpu_conv_is_wino(be, d, dt, OP_FWD, 0.0f))
             return wino_ws_ok(be, "conv_fwd", d, OP_FWD, ws_bytes, ws)
                        ? tq_cpu_wino_fwd(tq_cpu_nt(be), cx_vec(be), cx_tile(be, OP_FWD), d, dt, y, x, w, bias, ws) : TQ_EINVAL;
         if (thin_use(be, d, OP_FWD))
@@ -751,7 +777,7 @@ int tq_cpu_conv_bwd_data(tq_backend *be, const tq_conv_desc *d, tq_dtype dt, voi
                          float beta, const void *dy, const void *w, void *ws, size_t ws_bytes) {
     cgeom g;
     if (!geom(be, "conv_bwd_data", d, dt, &g)) {
-        if (wino_use(be, d, dt))
+        if (tq_cpu_conv_is_wino(be, d, dt, OP_BWD_DATA, beta))
             return wino_ws_ok(be, "conv_bwd_data", d, OP_BWD_DATA, ws_bytes, ws)
                        ? tq_cpu_wino_bwd_data(tq_cpu_nt(be), cx_vec(be), cx_tile(be, OP_BWD_DATA), d, dt, dx, beta, dy, w, ws) : TQ_EINVAL;
         int rc = tq_dnnl_conv_bwd_data(be, d, dt, dx, beta, dy, w, ws, ws_bytes);
@@ -763,7 +789,7 @@ int tq_cpu_conv_bwd_filter(tq_backend *be, const tq_conv_desc *d, tq_dtype dt, f
                            float *db, const void *x, const void *dy, void *ws, size_t ws_bytes) {
     cgeom g;
     if (!geom(be, "conv_bwd_filter", d, dt, &g)) {
-        if (wino_use(be, d, dt))
+        if (tq_cpu_conv_is_wino(be, d, dt, OP_BWD_FILTER, 0.0f))
             return wino_ws_ok(be, "conv_bwd_filter", d, OP_BWD_FILTER, ws_bytes, ws)
                        ? tq_cpu_wino_bwd_filter(tq_cpu_nt(be), cx_vec(be), cx_tile(be, OP_BWD_FILTER), d, dt, dw, db, x, dy, ws) : TQ_EINVAL;
         if (thin_use(be, d, OP_BWD_FILTER))

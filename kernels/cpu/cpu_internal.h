@@ -169,6 +169,7 @@ size_t tq_cpu_wino_ws(const tq_conv_desc *d, int kind, int nt, int tile);
 /* vec 16: the GEMMs on AVX-512 registers where the channels are multiples of 16 (fits512; the
  * caller checks that the CPU has AVX-512F), the same bits as vec 8 (AVX2) */
 int tq_cpu_wino_fits512(const tq_conv_desc *d);
+size_t tq_cpu_wino_u_bytes(const tq_conv_desc *d, int kind, int tile, size_t *outputs);
 int tq_cpu_wino_fwd(int nt, int vec, int tile, const tq_conv_desc *d, tq_dtype dt, void *y,
                     const void *x, const void *w, const float *bias, void *ws);
 int tq_cpu_wino_bwd_data(int nt, int vec, int tile, const tq_conv_desc *d, tq_dtype dt, void *dx,
@@ -201,6 +202,10 @@ int tq_cpu_linear_bwd_data(tq_backend *, int n, int in, int out, tq_dtype dt, vo
                            float beta, const void *dy, const void *w, void *ws, size_t ws_bytes);
 int tq_cpu_linear_bwd_filter(tq_backend *, int n, int in, int out, tq_dtype dt, float *dw,
                              float *db, const void *x, const void *dy, void *ws, size_t ws_bytes);
+
+/* the convolution's op (0 fwd, 1 bwd_data with this beta, 2 bwd_filter) runs Winograd (cpu_wino.c),
+ * as tq_cpu_conv_* decide (cpu_conv.c: wino_use, wino_few) */
+int tq_cpu_conv_is_wino(tq_backend *, const tq_conv_desc *, tq_dtype dt, int op, float beta);
 
 /* batch-norm: cpu_bn.c */
 int tq_cpu_bn_fwd_train(tq_backend *, tq_shape, tq_dtype dt, void *y, const void *x,

@@ -307,7 +307,8 @@ typedef struct { const tq_conv_desc *d; int lin; tq_dtype dt; void *x, *w, *dy, 
 static int ws_try(const ws_probe *p, int op, size_t bytes) {
     be->err[0] = 0;
     int rc = op == 0   ? op_fwd(p->d, p->dt, p->y, p->x, p->w, NULL, p->ws, bytes, p->lin)
-             : op == 1 ? op_bwd_data(p->d, p->dt, p->dx, 0.0f, p->dy, p->w, p->ws, bytes, p->lin)
+             : op == 1 || op == 3
+                 ? op_bwd_data(p->d, p->dt, p->dx, op == 3 ? 1.0f : 0.0f, p->dy, p->w, p->ws, bytes, p->lin)
                        : op_bwd_filter(p->d, p->dt, p->dw, p->db, p->x, p->dy, p->ws, bytes, p->lin);
     if (rc != TQ_OK) {
         assert_int_equal(rc, TQ_EINVAL);
@@ -320,7 +321,8 @@ static void conv_ws_exact(const tq_conv_desc *d, int lin, tq_dtype dt, const cha
     size_t nw = K * d->r * d->s * d->x.c, wsb = op_ws(d, dt, lin), most = 0;
     ws_probe p = { d, lin, dt, poisoned(dt, nx), poisoned(dt, nw), poisoned(dt, ny),
                    tmem(ny * 4), tmem(nx * 4), tmem(wsb), tmem(nw * 4), tmem(K * 4) };
-    for (int op = 0; op < 3; op++) {
+    /* fwd, bwd_data with beta 0, bwd_filter, bwd_data with beta 1 (routes may differ: wino_few) */
+    for (int op = 0; op < 4; op++) {
         size_t lo = 0, hi = wsb;                 /* op(lo) fails, op(hi) succeeds */
         CHECK_OK(ws_try(&p, op, wsb));
         if (ws_try(&p, op, 0) == TQ_OK) hi = 0;
@@ -551,6 +553,32 @@ static void test_conv_winograd(void **state) {
     }
     unsetenv("TQ_CPU_WINOGRAD");
     be = keep;
+}
+
+/* Where Winograd is on for f32 on AVX-512 registers by default (Intel; cpu_conv.c, wino_few), a
+ * forward or non-accumulating backward-data op with a transformed kernel of 16 MiB or more and
+ * fewer than 1024 outputs per channel goes to oneDNN, and the other ops of that convolution
+ * stay Winograd's; all of them right, in one workspace as conv_ws reports. Elsewhere: every op
+ * of a convolution Winograd runs, runs it. */
+static void test_conv_wino_few(void **state) {
+    (void)state;
+    static const conv_case few = { 1, 4, 4, 512, 512, 3, 3, 1, 1, 1, 0, 0 };   /* U 36 MiB, 16 outputs */
+    tq_conv_desc d = { { 1, 4, 4, 512 }, 512, 3, 3, 1, 1 }, batch64 = d, c256 = d;
+    batch64.x.n = 64;                                /* 1024 outputs */
+    c256.x.c = c256.k = 256;                         /* U 9 MiB */
+    const int all = tq_cpu_conv_is_wino(be, &batch64, TQ_F32, 0, 0.0f);
+    if (!all) {
+        print_message("Winograd does not take 512-channel f32 convolutions here: nothing to check\n");
+        return;
+    }
+    const int wide = __builtin_cpu_supports("avx512f") && !tq_dnnl_below_avx512(be);
+    for (int op = 0; op < 3; op++) {
+        assert_true(tq_cpu_conv_is_wino(be, &batch64, TQ_F32, op, 0.0f));
+        assert_true(tq_cpu_conv_is_wino(be, &c256, TQ_F32, op, 0.0f));
+        assert_int_equal(tq_cpu_conv_is_wino(be, &d, TQ_F32, op, 0.0f), op == 2 || !wide);
+        assert_true(tq_cpu_conv_is_wino(be, &d, TQ_F32, op, 1.0f) == (op != 0 || !wide));
+    }
+    run_conv_case(&few);
 }
 
 /* The AVX-512 Winograd kernels (vec 16) against the AVX2 ones (vec 8), F(2×2, 3×3) and F(4×4, 3×3):
@@ -1964,7 +1992,7 @@ static int teardown(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        T(test_vtable_complete), T(test_alloc_accounting), T(test_conv), T(test_conv_chunked), T(test_conv_winograd), T(test_conv_winograd_512), T(test_conv_thin), T(test_conv_bf16_via_f32), T(test_conv_gemm),
+        T(test_vtable_complete), T(test_alloc_accounting), T(test_conv), T(test_conv_chunked), T(test_conv_winograd), T(test_conv_winograd_512), T(test_conv_wino_few), T(test_conv_thin), T(test_conv_bf16_via_f32), T(test_conv_gemm),
         T(test_linear), T(test_iface_complete), T(test_conv_bad_desc), T(test_bn), T(test_bn_large),
         T(test_bn_bwd_fused_is_the_chain), T(test_bn_native), T(test_cast_f16_native), T(test_maxpool_f16_native), T(test_bn_deterministic), T(test_bn_bad), T(test_relu), T(test_add_accumulate),
         T(test_maxpool), T(test_maxpool_relu_is_the_pair), T(test_maxpool_16bit_is_f32_rounded), T(test_avgpool), T(test_softmax_ce), T(test_cast), T(test_conversions_reference),
