@@ -651,8 +651,10 @@ static void vec_kernels_init(tq_backend *be, tq_cpu_ctx *cx) {
     cx->wino_tile = te && !strcmp(te, "2") ? 2 : 4;
     cx->wino_tile_bwdf = te && !strcmp(te, "4") ? 4 : 2;
     if (env && env[0] == '0' && env[1] == 0) cx->wino = WINO_OFF;
-    else if (env && env[0] == '1' && env[1] == 0) cx->wino = ok ? WINO_ALL : WINO_OFF;
-    else if (cx->dnnl_off) cx->wino = WINO_OFF;   /* TQ_CPU_DNNL=0: everything on im2col */
+    else if (env && env[0] == '1' && env[1] == 0) {
+        cx->wino = ok ? WINO_ALL : WINO_OFF;
+        cx->wino_forced = 1;
+    } else if (cx->dnnl_off) cx->wino = WINO_OFF;   /* TQ_CPU_DNNL=0: everything on im2col */
     else cx->wino = ok && below ? WINO_ALL : wide && tq_cpu_is_intel() ? WINO_WIDE : WINO_OFF;
     const char *th = getenv("TQ_CPU_THIN");
     cx->thin = !ok ? 0 : th && !strcmp(th, "0") ? 0 : th && !strcmp(th, "1") ? 2 : cx->dnnl_off ? 0 : 1;
@@ -689,17 +691,19 @@ static int wino_use(tq_backend *be, const tq_conv_desc *d, tq_dtype dt) {
 
 /* Of the convolutions wino_use gives Winograd, the forward and backward-data ops (the latter
  * without accumulation: oneDNN's accumulates through a workspace and an add) that go to oneDNN
- * after all: in f32 on AVX-512 registers (WINO_WIDE), with F(4×4, 3×3), when the transformed
+ * after all: in f32 by default (not under TQ_CPU_WINOGRAD=1), with F(4×4, 3×3), when the transformed
  * kernel U takes 16 MiB or more and the op has fewer than 1024 outputs per channel (N·P·Q). U
  * is made again every call, and with few tiles to reuse it its making and streaming cost more
  * than oneDNN's whole direct convolution. On 2 Sapphire-Rapids-class cores (ms, Winograd vs
  * oneDNN, forward): 4×4×512 at batch 16 7.1 vs 5.4, batch 32 12.6 vs 10.0, batch 64 16.2 vs
  * 19.4; 7×7×512 at batch 16 15.9 vs 11.4; 256 channels (U 9 MiB) won from 512 outputs (4×4 at
  * batch 32: 2.0 vs 2.2) and 2×2 maps (F(2×2, 3×3), U 16 MiB at 512 channels) at batch 32-64
- * 5.1-6.5 vs 6.4-11.6. Whole steps: resnet18 fp32 (docs/engine.md). AVX2 keeps Winograd. */
+ * 5.1-6.5 vs 6.4-11.6. With oneDNN capped at AVX2 (Winograd on AVX2 registers, oneDNN's jit:avx2),
+ * resnet18 at batch 32, 4×4×512: forward 18.5 vs 13.4, backward-data 14.4 vs 13.9; 7×7×512 at
+ * batch 16 21.1 vs 19.5; batch 64 19.6 vs 26.1 (kept). Whole steps: docs/engine.md. */
 static int wino_few(tq_backend *be, const tq_conv_desc *d, tq_dtype dt, int op) {
     const tq_cpu_ctx *cx = be->ctx;
-    if (!cx || cx->wino != WINO_WIDE || dt != TQ_F32 || op == OP_BWD_FILTER) return 0;
+    if (!cx || cx->wino_forced || dt != TQ_F32 || op == OP_BWD_FILTER) return 0;
     size_t outputs;
     const size_t u = tq_cpu_wino_u_bytes(d, op == OP_BWD_DATA, cx->wino_tile, &outputs);
     const int f44 = u == (size_t)36 * d->x.c * d->k * sizeof(float);   /* 36 products a tile */

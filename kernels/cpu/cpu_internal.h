@@ -107,6 +107,7 @@ typedef struct {
     tq_dnnl *dnnl;      /* oneDNN engine, stream and primitive cache (created on first use) */
     int dnnl_off;       /* oneDNN unavailable or turned off (TQ_CPU_DNNL=0) */
     int wino;           /* Winograd 3×3 convolutions: 0 not decided yet, or a wino_mode */
+    int wino_forced;    /* TQ_CPU_WINOGRAD=1: every convolution it fits (no wino_few) */
     int wino_vec;       /* their registers: 8 channels (AVX2) or 16 (AVX-512) */
     int wino_amx;       /* oneDNN has AMX here: bf16 stays with its tile kernels */
     int wino_tile;      /* fwd and bwd_data's output tile: 2 (F(2×2, 3×3)) or 4 (F(4×4, 3×3)) */

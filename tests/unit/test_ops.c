@@ -555,11 +555,11 @@ static void test_conv_winograd(void **state) {
     be = keep;
 }
 
-/* Where Winograd is on for f32 on AVX-512 registers by default (Intel; cpu_conv.c, wino_few), a
- * forward or non-accumulating backward-data op with a transformed kernel of 16 MiB or more and
- * fewer than 1024 outputs per channel goes to oneDNN, and the other ops of that convolution
- * stay Winograd's; all of them right, in one workspace as conv_ws reports. Elsewhere: every op
- * of a convolution Winograd runs, runs it. */
+/* Where Winograd takes 512-channel f32 convolutions by default (Intel's AVX-512, or oneDNN below
+ * it; cpu_conv.c, wino_few), a forward or non-accumulating backward-data op with a transformed
+ * kernel of 16 MiB or more and fewer than 1024 outputs per channel goes to oneDNN, and the other
+ * ops of that convolution stay Winograd's; all of them right, in one workspace as conv_ws
+ * reports. Under TQ_CPU_WINOGRAD=1 every op of them runs Winograd. */
 static void test_conv_wino_few(void **state) {
     (void)state;
     static const conv_case few = { 1, 4, 4, 512, 512, 3, 3, 1, 1, 1, 0, 0 };   /* U 36 MiB, 16 outputs */
@@ -571,14 +571,22 @@ static void test_conv_wino_few(void **state) {
         print_message("Winograd does not take 512-channel f32 convolutions here: nothing to check\n");
         return;
     }
-    const int wide = __builtin_cpu_supports("avx512f") && !tq_dnnl_below_avx512(be);
     for (int op = 0; op < 3; op++) {
         assert_true(tq_cpu_conv_is_wino(be, &batch64, TQ_F32, op, 0.0f));
         assert_true(tq_cpu_conv_is_wino(be, &c256, TQ_F32, op, 0.0f));
-        assert_int_equal(tq_cpu_conv_is_wino(be, &d, TQ_F32, op, 0.0f), op == 2 || !wide);
-        assert_true(tq_cpu_conv_is_wino(be, &d, TQ_F32, op, 1.0f) == (op != 0 || !wide));
+        assert_int_equal(tq_cpu_conv_is_wino(be, &d, TQ_F32, op, 0.0f), op == 2);
+        assert_int_equal(tq_cpu_conv_is_wino(be, &d, TQ_F32, op, 1.0f), op != 0);
     }
     run_conv_case(&few);
+    if (!__builtin_cpu_supports("f16c")) return;
+    tq_backend *keep = be;
+    setenv("TQ_CPU_WINOGRAD", "1", 1);
+    be = tq_cpu_backend_new(2);
+    assert_non_null(be);
+    for (int op = 0; op < 3; op++) assert_true(tq_cpu_conv_is_wino(be, &d, TQ_F32, op, 0.0f));
+    tq_backend_free(be);
+    unsetenv("TQ_CPU_WINOGRAD");
+    be = keep;
 }
 
 /* The AVX-512 Winograd kernels (vec 16) against the AVX2 ones (vec 8), F(2×2, 3×3) and F(4×4, 3×3):
