@@ -705,9 +705,9 @@ static int wino_few(tq_backend *be, const tq_conv_desc *d, tq_dtype dt, int op) 
     const tq_cpu_ctx *cx = be->ctx;
     if (!cx || cx->wino_forced || dt != TQ_F32 || op == OP_BWD_FILTER) return 0;
     size_t outputs;
-    const size_t u = tq_cpu_wino_u_bytes(d, op == OP_BWD_DATA, cx->wino_tile, &outputs);
-    const int f44 = u == (size_t)36 * d->x.c * d->k * sizeof(float);   /* 36 products a tile */
-    return f44 && u >= ((size_t)16 << 20) && outputs < 1024;
+    const int E = tq_cpu_wino_products(d, op == OP_BWD_DATA, cx->wino_tile, &outputs);
+    const size_t u = (size_t)E * d->x.c * d->k * sizeof(float);   /* U's bytes */
+    return E == 36 && u >= ((size_t)16 << 20) && outputs < 1024;
 }
 
 /* op (kind 0 fwd, 1 bwd_data with this beta, 2 bwd_filter) runs Winograd: the dispatch below */

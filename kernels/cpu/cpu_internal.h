@@ -170,7 +170,7 @@ size_t tq_cpu_wino_ws(const tq_conv_desc *d, int kind, int nt, int tile);
 /* vec 16: the GEMMs on AVX-512 registers where the channels are multiples of 16 (fits512; the
  * caller checks that the CPU has AVX-512F), the same bits as vec 8 (AVX2) */
 int tq_cpu_wino_fits512(const tq_conv_desc *d);
-size_t tq_cpu_wino_u_bytes(const tq_conv_desc *d, int kind, int tile, size_t *outputs);
+int tq_cpu_wino_products(const tq_conv_desc *d, int kind, int tile, size_t *outputs);
 int tq_cpu_wino_fwd(int nt, int vec, int tile, const tq_conv_desc *d, tq_dtype dt, void *y,
                     const void *x, const void *w, const float *bias, void *ws);
 int tq_cpu_wino_bwd_data(int nt, int vec, int tile, const tq_conv_desc *d, tq_dtype dt, void *dx,

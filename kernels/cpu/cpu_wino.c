@@ -144,13 +144,13 @@ static void fwd_form(const tq_conv_desc *d, int dt, int kind, int tile, wgeom *g
     wgeom_init(g, d->x.n, h, w, ci, co, pad, dt, m);
 }
 
-/* the forward-form op's (kind 0 fwd, 1 bwd_data) transformed kernel U in bytes, and its outputs
- * N·P·Q (for cpu_conv.c's rule) */
-size_t tq_cpu_wino_u_bytes(const tq_conv_desc *d, int kind, int tile, size_t *outputs) {
+/* the forward-form op's (kind 0 fwd, 1 bwd_data) products a tile (16: F(2×2, 3×3), 36:
+ * F(4×4, 3×3)) with this tile setting, and its outputs N·P·Q (for cpu_conv.c's rule) */
+int tq_cpu_wino_products(const tq_conv_desc *d, int kind, int tile, size_t *outputs) {
     wgeom g;
     fwd_form(d, TQ_F32, kind, tile, &g);
     if (outputs) *outputs = (size_t)g.n * g.p * g.q;
-    return (size_t)g.E * g.ci * g.co * sizeof(float);
+    return g.E;
 }
 
 /* The workspace's sections in floats from the 64-byte aligned base, one layout for

@@ -26,13 +26,13 @@
 #include <cublasLt.h>
 #include "backend.h"
 
-/* cuda_lt_load.c: cuBLASLt is loaded on its first use, not linked (see there). 0, or -1 with a
- * reason that names the library in why[n]. */
-int tqc_lt_load(char *why, size_t n);
-
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/* cuda_lt_load.c: cuBLASLt is loaded on its first use, not linked (see there). 0, or -1 with a
+ * reason that names the library in why[n]. */
+int tqc_lt_load(char *why, size_t n);
 
 /* ---- convolution (cuda_conv.c) ---- */
 
