@@ -126,7 +126,6 @@ WIN void W(gemm_col1)(int nr, int ci, int co, const float *a, const float *U, fl
     WUNROLL(16)
     for (int i = 0; i < nr; i++) acc[i] = VZERO();
     const float *b = U + (size_t)k * ci;   /* the last strip, WV wide (upos) */
-    (void)co;
     for (int c = 0; c < ci; c++, b += WV) {
         VT b0 = VLD(b);
         WUNROLL(16)
@@ -136,9 +135,9 @@ WIN void W(gemm_col1)(int nr, int ci, int co, const float *a, const float *U, fl
     for (int i = 0; i < nr; i++) VST(m + (size_t)i * co + k, acc[i]);
 }
 
-/* M[rows][co] = V[rows][ci] · U[ci][co] (U packed: upos) for rows a multiple of MR (co a multiple of WV): pairs of
- * registers of outputs over MR rows, then a last single register over 2·MR rows. Each output is
- * one chain of FMAs over c in order, however the block is cut. */
+/* M[rows][co] = V[rows][ci] · U[ci][co] (U packed: upos) for rows a multiple of MR (co a
+ * multiple of WV): pairs of registers of outputs over MR rows, then a last single register over
+ * 2·MR rows. Each output is one chain of FMAs over c in order, however the block is cut. */
 WIN void W(gemm_block_ci)(int rows, int ci, int co, const float *V, const float *U, float *M) {
     const int k2 = co / (2 * WV) * (2 * WV);
     for (int r0 = 0; r0 < rows; r0 += MR) {
