@@ -14,9 +14,8 @@
 #define BN_BF16_ROW(dst, src, n) ((void)(dst), (void)(src), (void)(n))   /* NAT is 0 here */
 #include "cpu/cpu_bn_rows.h"
 
-#define RED_SEG_ROWS 4096
-#define RED_MAXSEG 16
-#define RED_PART 2048    /* partial sums kept on the stack: nseg·cw <= RED_PART */
+#define RED_SEG_MIN 256  /* rows (folded) a reduction segment has at least */
+#define RED_PART 4096    /* partial sums kept on the stack: nseg·lanes <= RED_PART */
 #define ROW_BLK 256      /* rows per dtype dispatch in the element passes */
 
 /* A window that spans whole rows (cw == ld, so c0 == 0) is one contiguous run, and `rep` rows of
@@ -109,6 +108,23 @@ static void red_task_any(tq_dtype dt, tq_red_mode mode, int nat, size_t r0, size
     else RED_MODE_CALL(TQ_BF16, mode, nat, r0, r1, ld, col, jw, a, b, mk, of, o0, o1);
 }
 
+/* The row segments of a reduction: as many as the rows allow (RED_SEG_MIN each) and the stack's
+ * partial sums hold, from 24, 12, 6, 4, 2 and 1, which the thread counts a machine has divide
+ * (the static schedule's shares even, and each thread's rows the ones it gets in the
+ * element-wise pass that follows, so those come from its own cache). Fixed by the shape alone,
+ * never by the thread count: the sums' order, and so their bits, are the same on any machine.
+ * The rule had been a segment per 4096 rows: at resnet20's 28×28×16 stage at batch 64 that
+ * made 3 segments, two of them on one of 2 threads, and at 14×14×32 one, its lanes split in
+ * halves read from the same cache lines by both threads. */
+static size_t red_segments(size_t fm, int lanes) {
+    static const int counts[] = { 24, 12, 6, 4, 2 };
+    for (size_t i = 0; i < sizeof counts / sizeof counts[0]; i++) {
+        size_t k = (size_t)counts[i];
+        if (fm / k >= RED_SEG_MIN && k * (size_t)lanes <= RED_PART) return k;
+    }
+    return 1;
+}
+
 void tq_cpu_chan_sums(tq_backend *be, tq_red_mode mode, size_t m, size_t ld, size_t c0, int cw,
                       tq_dtype dt, const void *a, const void *b, const void *mk, const float *off,
                       double *s0, double *s1) {
@@ -119,10 +135,7 @@ void tq_cpu_chan_sums(tq_backend *be, tq_red_mode mode, size_t m, size_t ld, siz
     const float *poff = off ? fold_param(foff, off, cw, rep) : NULL;
     size_t fm = m / rep, fld = ld * (size_t)rep;
     int lanes = cw * rep;                            /* lanes of the rows the tasks see */
-    size_t nseg = fm / RED_SEG_ROWS;
-    if (nseg > RED_MAXSEG) nseg = RED_MAXSEG;
-    if (nseg > (size_t)(RED_PART / lanes)) nseg = (size_t)(RED_PART / lanes);
-    if (nseg < 1) nseg = 1;
+    size_t nseg = red_segments(fm, lanes);
     /* a task per segment with every lane; where there are fewer segments than threads, the
      * lanes split into as many blocks (multiples of RED_CB) as it takes to give each thread a
      * task: no lane's additions depend on it, only on the segments */
