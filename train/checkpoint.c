@@ -49,22 +49,28 @@ static int host_alloc(const tq_engine *e, host_state *h, int with_opt) {
     return TQ_OK;
 }
 
-static void download(const tq_engine *e, host_state *h) {
+/* The copies between the device and host_state: TQ_EDEVICE where one failed (a GPU's can;
+ * be->err says which), never a file written from, or weights trained on, what did not arrive. */
+static int download(const tq_engine *e, host_state *h) {
     tq_backend *be = e->be;
     size_t P = e->g->nparam_elems, B = e->g->nbuffer_elems;
+    unsigned nerr = be->nerr;
     be->i->to_host(be, h->params, e->params, P * 4);
     if (B) be->i->to_host(be, h->buffers, e->buffers, B * 4);
     if (h->opt_a) be->i->to_host(be, h->opt_a, e->opt_a, P * 4);
     if (h->opt_b) be->i->to_host(be, h->opt_b, e->opt_b, P * 4);
+    return be->nerr != nerr ? TQ_EDEVICE : TQ_OK;
 }
 
 static int upload(tq_engine *e, const host_state *h) {
     tq_backend *be = e->be;
     size_t P = e->g->nparam_elems, B = e->g->nbuffer_elems;
+    unsigned nerr = be->nerr;
     be->i->to_device(be, e->params, h->params, P * 4);
     if (B) be->i->to_device(be, e->buffers, h->buffers, B * 4);
     if (h->opt_a) be->i->to_device(be, e->opt_a, h->opt_a, P * 4);
     if (h->opt_b) be->i->to_device(be, e->opt_b, h->opt_b, P * 4);
+    if (be->nerr != nerr) return TQ_EDEVICE;
     return tq_engine_refresh_wlow(e);
 }
 
@@ -83,7 +89,11 @@ static int write_file(const tq_engine *e, const char *path, const tq_ckpt_state 
     const tq_graph *g = e->g;
     host_state h;
     if (host_alloc(e, &h, st != NULL)) { snprintf(err, errlen, "out of memory writing %s", path); return TQ_ENOMEM; }
-    download(e, &h);
+    if (download(e, &h)) {   /* the file on disk stays as it was */
+        snprintf(err, errlen, "copying the weights from the device for %s failed: %s", path, e->be->err);
+        host_free(&h);
+        return TQ_EDEVICE;
+    }
     int n = 0, cap = g->nparams + 2;
     tq_st_tensor *ts = calloc(cap, sizeof *ts);
     float *perm = calloc(g->nparam_elems ? g->nparam_elems : 1, 4);  /* permuted copies */
@@ -367,7 +377,8 @@ static int read_file(tq_engine *e, const char *path, const tq_ckpt_limits *lim, 
     }
     if (st) *st = meta;
     memcpy(e->counts, counts, sizeof(int64_t) * g->nbn);
-    rc = upload(e, &h);
+    if ((rc = upload(e, &h)) == TQ_EDEVICE)
+        snprintf(err, errlen, "copying %s's weights to the device failed: %s", path, e->be->err);
 fail:
     if (f) tq_st_close(f);
     free(counts);

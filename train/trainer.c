@@ -50,7 +50,9 @@ static void fail(tq_summary *sum, tq_error_code code, const char *msg) {
 }
 
 /* a failed write of the job's files: its filesystem full, or another storage error */
-static tq_error_code storage_code(int rc) { return rc == TQ_ENOSPC ? TQ_ERR_STORAGE_FULL : TQ_ERR_STORAGE_ERROR; }
+static tq_error_code storage_code(int rc) {
+    return rc == TQ_ENOSPC ? TQ_ERR_STORAGE_FULL : rc == TQ_EDEVICE ? TQ_ERR_BACKEND_ERROR : TQ_ERR_STORAGE_ERROR;
+}
 static const char *data_code(int rc) {
     return tq_error_name(rc == TQ_EIO ? TQ_ERR_DATA_NOT_FOUND : rc == TQ_ENOMEM ? TQ_ERR_OUT_OF_MEMORY
                          : rc == TQ_EINVAL ? TQ_ERR_INVALID_SPEC : TQ_ERR_INVALID_DATA);
@@ -183,7 +185,9 @@ static int evaluate(run_ctx *r, int64_t step, int epoch, tq_eval_kind kind, tq_e
         if (rc) return rc;
     }
     float sc[2];
+    unsigned nerr = be->nerr;
     be->i->to_host(be, sc, r->e.scalars, sizeof sc);
+    if (transfers_failed(be, nerr)) return TQ_EDEVICE;
     memset(out, 0, sizeof *out);
     out->step = step; out->epoch = epoch; out->kind = kind;
     out->samples = t->n;
@@ -213,7 +217,9 @@ static int posttrain(run_ctx *r, int64_t step, int epoch, tq_eval_kind kind, tq_
     size_t P = g->nparam_elems;
     float *orig = malloc(P * 4), *w = malloc(P * 4), *tmp = NULL;
     if (!orig || !w) { free(orig); free(w); return TQ_ENOMEM; }
+    unsigned nerr = r->be->nerr;
     r->be->i->to_host(r->be, orig, e->params, P * 4);
+    if (transfers_failed(r->be, nerr)) { free(orig); free(w); return TQ_EDEVICE; }
     memcpy(w, orig, P * 4);
     int rc = TQ_OK;
     for (int i = 0; i < g->nnodes && !rc; i++) {
@@ -254,11 +260,13 @@ static int posttrain(run_ctx *r, int64_t step, int epoch, tq_eval_kind kind, tq_
     }
     free(tmp);
     if (!rc) {
+        nerr = r->be->nerr;
         r->be->i->to_device(r->be, e->params, w, P * 4);
-        rc = tq_engine_refresh_wlow(e);
+        rc = transfers_failed(r->be, nerr) ? TQ_EDEVICE : tq_engine_refresh_wlow(e);
         if (!rc) rc = evaluate(r, step, epoch, kind, ev);
+        nerr = r->be->nerr;   /* the trained weights back, whatever happened */
         r->be->i->to_device(r->be, e->params, orig, P * 4);
-        int rc2 = tq_engine_refresh_wlow(e);
+        int rc2 = transfers_failed(r->be, nerr) ? TQ_EDEVICE : tq_engine_refresh_wlow(e);
         if (!rc) rc = rc2;
     }
     free(orig); free(w);
@@ -354,7 +362,8 @@ static int open_backend(const tq_spec *sp, tq_backend **out, char *dev, size_t d
  * step is in flight takes effect after that step (one step later than without graphs).
  * TQ_DEVICE_STEP=1 in the environment runs this loop without capturing, on any backend: how
  * the unit tests check it on the CPU (tests/unit/test_devstep.c), and how gpu-check tells a
- * capture problem from a problem of this loop. The other path (host_train) is the one every job
+ * capture problem from a problem of this loop. TQ_DEVICE_STEP=capture attempts the capture on
+ * any backend: on the CPU it fails, and the tests check that the job trains on uncaptured. The other path (host_train) is the one every job
  * without cuda_graphs runs; both record a finished step through record_step. */
 
 #define DS_FETCH (TQ_SCALARS_DSTATE + sizeof(tq_dstep_state))   /* scalars[0..2] .. the state */
@@ -445,9 +454,11 @@ static int ds_tail_ops(step_loop *L) {
     return rc;
 }
 
-/* Captures one micro-batch and the tail. A failure is not the job's: it says why on stderr and
- * the job trains on, uncaptured (the same ops, the same numbers). */
-static void ds_capture(step_loop *L) {
+/* Captures one micro-batch and the tail. A failed capture is not the job's: it says why on
+ * stderr and the job trains on, uncaptured (the same ops, the same numbers). A fault of the step
+ * in flight, which the wait before the capture is the first to see, is the job's: that returns
+ * nonzero with be->err, not a capture failure. */
+static int ds_capture(step_loop *L) {
     run_ctx *r = L->r;
     tq_backend *be = r->be;
     const tq_backend_i *I = be->i;
@@ -458,7 +469,9 @@ static void ds_capture(step_loop *L) {
     int rc = TQ_ENOMEM;
     if (!counts) { tq_backend_seterr(be, "out of host memory"); goto out; }
     memcpy(counts, e->counts, sizeof(int64_t) * g->nbn);   /* a capture runs nothing */
+    unsigned nerr = be->nerr;
     I->sync(be);
+    if (transfers_failed(be, nerr)) { free(counts); return TQ_EDEVICE; }
     if (!(rc = I->graph_begin(be))) {
         int orc = load_ops(r, g->batch, r->train_img, r->train_lab, L->sp->augment);
         if (!orc) orc = tq_engine_train_microbatch(e, 0.0f);   /* grad_scale: the device's */
@@ -485,9 +498,10 @@ out:
         L->g_mb = L->g_tail = NULL;
         L->capture_failed = 1;
         be->err[0] = 0;
-        return;
+        return TQ_OK;
     }
     L->captured = 1;
+    return TQ_OK;
 }
 
 /* Issues step s: nothing waits for the device here. */
@@ -688,7 +702,9 @@ static int ds_train(step_loop *L, int64_t start) {
     ds0.scale = ds0.used_scale = L->scale;
     ds0.tracker = L->tracker;
     ds0.opt_t = (int32_t)L->st->opt_t;
+    unsigned nerr = be->nerr;
     be->i->to_device(be, tq_engine_dstate(e), &ds0, sizeof ds0);
+    if (transfers_failed(be, nerr)) { fail(L->sum, TQ_ERR_BACKEND_ERROR, be->err); return TQ_EDEVICE; }
     e->dstate = tq_engine_dstate(e);
     e->dstep_accum = L->sp->accum_steps;
     step_ref cur, prev;
@@ -696,7 +712,10 @@ static int ds_train(step_loop *L, int64_t start) {
     int have = 0, rc = TQ_OK;
     for (int64_t s = start; s < L->total && !L->stop; s++) {
         int marked = !have;
-        if (L->capture && s == start + 1) { ds_capture(L); marked = 1; }
+        if (L->capture && s == start + 1) {
+            if ((rc = ds_capture(L))) { fail(L->sum, TQ_ERR_BACKEND_ERROR, be->err); break; }
+            marked = 1;
+        }
         if ((rc = ds_launch(L, s, marked, &cur))) { fail(L->sum, TQ_ERR_BACKEND_ERROR, be->err); break; }
         if (have && (rc = ds_finish(L, &prev, 1))) break;
         prev = cur;
@@ -741,8 +760,10 @@ static int host_train(step_loop *L, int64_t start) {
         if (!rc) rc = optimizer_step(r, lr, L->st->opt_t + 1, L->fp16 ? r->e.scalars + 2 : NULL);
         if (rc) { fail(L->sum, TQ_ERR_BACKEND_ERROR, be->err); return rc; }
         float sc[3];
+        unsigned nerr = be->nerr;
         I->to_host(be, sc, r->e.scalars, sizeof sc);     /* the one sync of the step: loss, hits, overflow */
         I->sync(be);
+        if (transfers_failed(be, nerr)) { fail(L->sum, TQ_ERR_BACKEND_ERROR, be->err); return TQ_EDEVICE; }
         double ms = I->now_ms(be) - t0;   /* CUDA events on the GPU, the monotonic clock on the CPU */
         if (r->prof && s >= r->prof_from) { tq_prof_set(r->prof, 0); tq_prof_step(r->prof, ms); }
         step_ref p = { .s = s, .lr = lr, .extent = extent, .marked = 0 };
@@ -779,10 +800,12 @@ int tq_train(const tq_spec *sp, const tq_run_opts *o, tq_summary *sum) {
     }
     /* TF32 and graphs as this job runs them: tf32 is the CUDA backend's (the CPU's f32 is
      * exact); the step on the device runs for cuda_graphs on a CUDA device (captured) or with
-     * TQ_DEVICE_STEP=1 (uncaptured, any backend: the tests' way to check that loop) */
+     * TQ_DEVICE_STEP=1 (uncaptured, any backend: the tests' way to check that loop), or
+     * captured on any backend with TQ_DEVICE_STEP=capture (the tests' way to take the
+     * fallback of a failed capture: the CPU has no graphs) */
     int cuda = tq_cuda_backend_name(r.be) != NULL;
     const char *dse = getenv("TQ_DEVICE_STEP");
-    int dsm = dse && !strcmp(dse, "1") ? 1 : sp->cuda_graphs && cuda ? 2 : 0;
+    int dsm = dse && !strcmp(dse, "1") ? 1 : dse && !strcmp(dse, "capture") ? 2 : sp->cuda_graphs && cuda ? 2 : 0;
     if (o->profile && dsm) {   /* a graph replays without the host: its ops cannot be timed one by one */
         fprintf(stderr, "trainq: profile: every op is timed on its own, so this run issues the step from the host, "
                 "without %s\n", dsm == 2 ? "a CUDA graph (cuda_graphs is off for it)" : "the step on the device");
@@ -876,12 +899,18 @@ int tq_train(const tq_spec *sp, const tq_run_opts *o, tq_summary *sum) {
          * be one this job's scaler can reach (checkpoint.h) */
         tq_ckpt_limits lim = {total, sp->amp == TQ_AMP_FP16 ? sp->loss_scale.growth_interval : 0};
         if ((rc = tq_load_checkpoint(&r.e, ckpt_path, &lim, &st, err, sizeof err))) {
-            fail(sum, rc == TQ_ENOMEM ? TQ_ERR_OUT_OF_MEMORY : TQ_ERR_INVALID_CHECKPOINT, err); goto done;
+            fail(sum, rc == TQ_ENOMEM ? TQ_ERR_OUT_OF_MEMORY : rc == TQ_EDEVICE ? TQ_ERR_BACKEND_ERROR
+                      : TQ_ERR_INVALID_CHECKPOINT, err);
+            goto done;
         }
     } else if (sp->init_from[0]) {
-        if ((rc = tq_load_model(&r.e, sp->init_from, err, sizeof err))) { fail(sum, TQ_ERR_INVALID_INIT_FROM, err); goto done; }
+        if ((rc = tq_load_model(&r.e, sp->init_from, err, sizeof err))) {
+            fail(sum, rc == TQ_EDEVICE ? TQ_ERR_BACKEND_ERROR : TQ_ERR_INVALID_INIT_FROM, err); goto done;
+        }
     } else if ((rc = tq_engine_init_weights(&r.e, sp->seed))) {
-        fail(sum, TQ_ERR_OUT_OF_MEMORY, "out of memory initialising weights"); goto done;
+        if (rc == TQ_ENOMEM) fail(sum, TQ_ERR_OUT_OF_MEMORY, "out of memory initialising weights");
+        else fail(sum, TQ_ERR_BACKEND_ERROR, r.be->err);
+        goto done;
     }
 
     tq_backend *be = r.be;

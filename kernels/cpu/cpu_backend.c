@@ -90,12 +90,22 @@ static void cpu_memset0(tq_backend *be, void *p, size_t bytes) {
 static void cpu_copy(tq_backend *be, void *dst, const void *src, size_t bytes) {
     if (bytes && dst != src) memmove(dst, src, bytes);
 }
-/* A CPU's copies cannot fail; a GPU's can. Tests define this (weak here: 0, never) to make
- * one to_device fail as a GPU's would and check that the trainer notices (test_devstep.c). */
+/* A CPU's copies cannot fail; a GPU's can. Tests define these (weak here: 0, never) to make
+ * one to_device or to_host fail as a GPU's would and check that the trainer notices
+ * (test_devstep.c). */
 __attribute__((weak)) int tq_cpu_to_device_fails(void) { return 0; }
+__attribute__((weak)) int tq_cpu_to_host_fails(void) { return 0; }
 static void cpu_to_device(tq_backend *be, void *dst, const void *src, size_t bytes) {
     if (tq_cpu_to_device_fails()) {
         tq_backend_seterr(be, "to_device: %zu bytes not copied (a failure a test asked for)", bytes);
+        return;
+    }
+    cpu_copy(be, dst, src, bytes);
+}
+static void cpu_to_host(tq_backend *be, void *dst, const void *src, size_t bytes) {
+    if (tq_cpu_to_host_fails()) {
+        memset(dst, 0xff, bytes);   /* what did not arrive: NaNs, not the data */
+        tq_backend_seterr(be, "to_host: %zu bytes not copied (a failure a test asked for)", bytes);
         return;
     }
     cpu_copy(be, dst, src, bytes);
@@ -201,7 +211,7 @@ static const tq_backend_i cpu_iface = {
     .free = cpu_free,
     .memset0 = cpu_memset0,
     .to_device = cpu_to_device,
-    .to_host = cpu_copy,
+    .to_host = cpu_to_host,
     .copy = cpu_copy,
     .sync = cpu_sync,
     .now_ms = cpu_now_ms,

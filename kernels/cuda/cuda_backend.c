@@ -235,7 +235,14 @@ static int cu_graph_begin(tq_backend *be) {
         tq_backend_seterr(be, "graph_begin: a capture is already open");
         return TQ_EINVAL;
     }
-    TQC_CHECK(be, cudaStreamBeginCapture(f->c.stream, cudaStreamCaptureModeGlobal));
+    cudaError_t e = cudaStreamBeginCapture(f->c.stream, cudaStreamCaptureModeGlobal);
+    if (e != cudaSuccess) {
+        tqc_cuda_fail(be, e, "cudaStreamBeginCapture", __FILE__, __LINE__);
+        /* cleared, as graph_end's failures are: the trainer trains on uncaptured, and the next
+         * launch check (cudaGetLastError) would otherwise report this error as its own */
+        cudaGetLastError();
+        return TQ_EDEVICE;
+    }
     f->capturing = 1;
     return TQ_OK;
 }
@@ -456,9 +463,15 @@ tq_backend *tq_cuda_backend_open(const tq_cuda_opts *opts, char *why, size_t why
     c->total_bytes = p.totalGlobalMem;
     step = "cudaStreamCreateWithFlags";
     if ((e = cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking)) != cudaSuccess) goto cuda_fail;
-    step = "cudaEventCreate";
-    if ((e = cudaEventCreate(&c->ev)) != cudaSuccess) goto cuda_fail;
-    if ((e = cudaEventCreate(&f->t0)) != cudaSuccess) goto cuda_fail;
+    /* the clock's events (c->ev, t0 and the fetch slots' trade handles in clock_read) wait by
+     * blocking, not spinning: with cuda_graphs the host waits at fetch_end for the step before
+     * the one in flight, about a whole step, and a spinning wait held a CPU core per job for it
+     * on a workstation whose cores CPU jobs share. The GPU never waits on that wake-up: the next
+     * step is already queued. Stream syncs (the uncaptured loop's one a step) keep the device's
+     * default. */
+    step = "cudaEventCreateWithFlags(clock)";
+    if ((e = cudaEventCreateWithFlags(&c->ev, cudaEventBlockingSync)) != cudaSuccess) goto cuda_fail;
+    if ((e = cudaEventCreateWithFlags(&f->t0, cudaEventBlockingSync)) != cudaSuccess) goto cuda_fail;
     step = "cudaEventRecord";
     if ((e = cudaEventRecord(f->t0, c->stream)) != cudaSuccess) goto cuda_fail;
     step = "cudaMalloc(scratch)";
@@ -473,7 +486,7 @@ tq_backend *tq_cuda_backend_open(const tq_cuda_opts *opts, char *why, size_t why
     if ((e = cudaMallocHost(&f->fetch, (size_t)TQ_FETCH_SLOTS * TQ_FETCH_BYTES)) != cudaSuccess) goto cuda_fail;
     step = "cudaEventCreate(fetch)";
     for (int i = 0; i < TQ_FETCH_SLOTS; i++)
-        if ((e = cudaEventCreate(&f->fetch_ev[i])) != cudaSuccess) goto cuda_fail;
+        if ((e = cudaEventCreateWithFlags(&f->fetch_ev[i], cudaEventBlockingSync)) != cudaSuccess) goto cuda_fail;
 
     cudnnHandle_t h;
     cudnnStatus_t st = cudnnCreate(&h);

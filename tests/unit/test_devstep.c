@@ -271,7 +271,8 @@ static int run(const char *json, const char *out, recs *r, tq_summary *sum, int 
     spec_from(&sp, json);
     memset(r, 0, sizeof *r);
     tq_run_opts o = {out, 0, {r, on_step, on_eval, NULL, NULL}, 0, NULL};
-    if (devstep) setenv("TQ_DEVICE_STEP", "1", 1);
+    /* 1: the device-step loop, uncaptured; 2: its capture attempted (which fails on the CPU) */
+    if (devstep) setenv("TQ_DEVICE_STEP", devstep == 2 ? "capture" : "1", 1);
     int rc = tq_train(&sp, &o, sum);
     unsetenv("TQ_DEVICE_STEP");
     return rc;
@@ -342,17 +343,25 @@ static void test_device_step_loop_identical(void **state) {
         "\"optimizer\":{\"type\":\"adamw\",\"lr\":0.001}," SYN "}",
     };
     for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
-        char *d0 = tmpdir(), *d1 = tmpdir();
-        recs *r0 = calloc(1, sizeof *r0), *r1 = calloc(1, sizeof *r1);
-        tq_summary s0, s1;
+        char *d0 = tmpdir(), *d1 = tmpdir(), *d2 = tmpdir();
+        recs *r0 = calloc(1, sizeof *r0), *r1 = calloc(1, sizeof *r1), *r2 = calloc(1, sizeof *r2);
+        tq_summary s0, s1, s2;
         assert_int_equal(run(cases[c], d0, r0, &s0, 0), 0);
         assert_int_equal(run(cases[c], d1, r1, &s1, 1), 0);
+        assert_int_equal(run(cases[c], d2, r2, &s2, 2), 0);
         assert_string_equal(s0.state, "succeeded");
         assert_string_equal(s1.state, "succeeded");
         assert_string_equal(s0.cuda_graphs, "off");
         assert_string_equal(s1.cuda_graphs, "uncaptured");
         assert_string_equal(s1.tf32, "");              /* the CPU has no TF32 */
         same_records(r0, r1);
+        /* a failed capture (the CPU's graph_begin refuses): the job trains on, uncaptured, the
+         * same numbers, and says so */
+        assert_string_equal(s2.state, "succeeded");
+        assert_string_equal(s2.cuda_graphs, "capture_failed");
+        same_records(r0, r2);
+        same_file_tensors(d0, d2, "model.safetensors");
+        same_file_tensors(d0, d2, "checkpoint.safetensors");
         assert_int_equal(s0.steps, s1.steps);
         assert_int_equal(s0.skipped_steps, s1.skipped_steps);
         assert_true(same_double(s0.final_loss, s1.final_loss));
@@ -370,7 +379,7 @@ static void test_device_step_loop_identical(void **state) {
         if (c == 0) assert_true(skipped >= 2 && grew >= 1);   /* the case does what it is for */
         printf("# case %zu: %d steps, %d skipped, scale grew %d times, %d evals: identical, final loss %.6f\n",
                c, r1->n, skipped, grew, r1->ne, s1.final_loss);
-        free(r0); free(r1); free(d0); free(d1);
+        free(r0); free(r1); free(r2); free(d0); free(d1); free(d2);
     }
 }
 
@@ -424,39 +433,53 @@ static void test_stop_in_flight_and_resume(void **state) {
     free(full); free(part); free(d1); free(d2);
 }
 
-/* The CPU backend's to_device counts its calls here and fails the g_td_fail_at-th (0: none);
- * a GPU's copy can fail, and memset0/to_device return nothing (backend.h nerr). */
-static int g_td_calls, g_td_fail_at;
+/* The CPU backend's to_device and to_host count their calls here and fail the fail_at-th
+ * (0: none); a GPU's copies can fail, and memset0/to_device/to_host return nothing (backend.h
+ * nerr). */
+static int g_td_calls, g_td_fail_at, g_th_calls, g_th_fail_at;
 int tq_cpu_to_device_fails(void) { return ++g_td_calls == g_td_fail_at; }
+int tq_cpu_to_host_fails(void) { return ++g_th_calls == g_th_fail_at; }
 
+/* Every copy of a run, each in its turn, fails once: the dataset's upload, the initial weights,
+ * the device loop's initial step state, each micro-batch's indices and draws (to_device); each
+ * step's results in the plain loop, the evaluations' sums, the weights for a checkpoint, the
+ * model's export and the pruned / int8 evaluations (to_host). Each time the job fails as a
+ * backend_error naming the copy, and the model file on disk stays the one a whole run wrote:
+ * nothing is trained on, or written from, bytes that did not arrive. */
 static void test_failed_transfer_fails_the_job(void **state) {
     (void)state;
     const char *js = "{\"model\":\"cnn\",\"batch_size\":16,\"accum_steps\":2,\"steps\":6,\"augment\":true,"
-                     "\"eval_every\":0," SYN "}";
-    char *d = tmpdir();
+                     "\"eval_every\":3,\"checkpoint_every\":2,\"prune\":{\"amount\":0.5},\"quantize\":\"int8\"," SYN "}";
+    char *d = tmpdir(), *dok = tmpdir();
     recs *r = calloc(1, sizeof *r);
     tq_summary s;
-    int total[2];
-    for (int dev = 0; dev < 2; dev++) {   /* the plain loop, the device-step loop */
-        g_td_calls = 0; g_td_fail_at = 0;
-        assert_int_equal(run(js, d, r, &s, dev), 0);
-        assert_string_equal(s.state, "succeeded");
-        total[dev] = g_td_calls;
-        /* the dataset's upload, the first micro-batch's indices, one in the middle, the last */
-        int at[] = { 1, 3, total[dev] / 2, total[dev] };
-        for (size_t k = 0; k < sizeof at / sizeof *at; k++) {
-            g_td_calls = 0; g_td_fail_at = at[k];
-            assert_int_not_equal(run(js, d, r, &s, dev), 0);
-            if (strcmp(s.state, "failed") || strcmp(s.error_code, "backend_error") ||
-                !strstr(s.error_message, "not copied"))
-                fail_msg("%s loop, to_device %d of %d failed: state %s, %s: %s", dev ? "device-step" : "plain",
-                         at[k], total[dev], s.state, s.error_code, s.error_message);
+    int total[2][3];
+    static const char *const loops[] = { "plain", "device-step", "device-step, capture attempted" };
+    static const char *const dirs[] = { "to_device", "to_host" };
+    for (int dir = 0; dir < 2; dir++)
+        for (int dev = 0; dev < 3; dev++) {
+            int *calls = dir ? &g_th_calls : &g_td_calls, *fail_at = dir ? &g_th_fail_at : &g_td_fail_at;
+            g_td_calls = g_th_calls = 0; g_td_fail_at = g_th_fail_at = 0;
+            assert_int_equal(run(js, dok, r, &s, dev), 0);
+            assert_string_equal(s.state, "succeeded");
+            total[dir][dev] = *calls;
+            for (int at = 1; at <= total[dir][dev]; at++) {
+                g_td_calls = g_th_calls = 0; *fail_at = at;
+                int rc = run(js, d, r, &s, dev);
+                *fail_at = 0;
+                if (rc == 0 || strcmp(s.state, "failed") || strcmp(s.error_code, "backend_error") ||
+                    !strstr(s.error_message, "not copied"))
+                    fail_msg("%s loop, %s %d of %d failed: rc %d, state %s, %s: %s", loops[dev], dirs[dir], at,
+                             total[dir][dev], rc, s.state, s.error_code, s.error_message);
+                char m[512];
+                snprintf(m, sizeof m, "%s/model.safetensors", d);
+                if (access(m, F_OK) == 0) same_file_tensors(d, dok, "model.safetensors");
+            }
         }
-    }
-    g_td_fail_at = 0;
-    printf("# to_device calls in a run: %d (plain), %d (device step); each failure checked failed the job\n",
-           total[0], total[1]);
-    free(r); free(d);
+    printf("# copies in a run (plain, device step, capture attempted): to_device %d, %d, %d; to_host %d, %d, %d; "
+           "each one's failure failed the job\n", total[0][0], total[0][1], total[0][2], total[1][0], total[1][1],
+           total[1][2]);
+    free(r); free(d); free(dok);
 }
 
 int main(void) {
