@@ -105,10 +105,22 @@ typedef struct {
     int stg_next;
     void *fetch;                        /* pinned, TQ_FETCH_SLOTS × TQ_FETCH_BYTES */
     cudaEvent_t fetch_ev[TQ_FETCH_SLOTS];
-    int capturing;
 } ctx_full;
 
+/* Refuses a call a stream capture cannot hold (backend.h: only ops between graph_begin and
+ * graph_end, no transfer, sync, alloc or free): an error that names the call, where it would
+ * otherwise invalidate the capture, or record a fetch event inside the graph, far from its
+ * cause. The void slots set be->err (nerr moves: the trainer's transfer checks see it). */
+#define NOT_CAPTURING(be, op, ...)                                                              \
+    do {                                                                                        \
+        if (tqc(be)->capturing) {                                                               \
+            tq_backend_seterr((be), "%s: not allowed while a CUDA graph is being captured", op); \
+            return __VA_ARGS__;                                                                 \
+        }                                                                                       \
+    } while (0)
+
 static void *cu_alloc(tq_backend *be, size_t bytes) {
+    NOT_CAPTURING(be, "alloc", NULL);
     ctx_full *f = (ctx_full *)be->ctx;
     if (f->nblk == f->cap) {
         size_t cap = f->cap ? f->cap * 2 : 64;
@@ -139,6 +151,7 @@ static void *cu_alloc(tq_backend *be, size_t bytes) {
 
 static void cu_free(tq_backend *be, void *p) {
     if (!p) return;
+    NOT_CAPTURING(be, "free");
     ctx_full *f = (ctx_full *)be->ctx;
     for (size_t i = f->nblk; i-- > 0;) {
         if (f->blks[i].p != p) continue;
@@ -159,6 +172,7 @@ static void cu_memset0(tq_backend *be, void *p, size_t bytes) {
 }
 static void cu_to_device(tq_backend *be, void *dst, const void *src, size_t bytes) {
     if (!bytes) return;
+    NOT_CAPTURING(be, "to_device");
     ctx_full *f = (ctx_full *)be->ctx;
     stg_slot *sl = &f->stg[f->stg_next];
     if (bytes <= STG_BYTES && sl->buf) {
@@ -178,6 +192,7 @@ static void cu_to_device(tq_backend *be, void *dst, const void *src, size_t byte
 }
 static void cu_to_host(tq_backend *be, void *dst, const void *src, size_t bytes) {
     if (!bytes) return;
+    NOT_CAPTURING(be, "to_host");
     tqc_cuda_fail(be, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, tqc(be)->stream),
                   "cudaMemcpyAsync(D2H)", __FILE__, __LINE__);
     tqc_cuda_fail(be, cudaStreamSynchronize(tqc(be)->stream), "cudaStreamSynchronize", __FILE__, __LINE__);
@@ -188,6 +203,7 @@ static void cu_copy(tq_backend *be, void *dst, const void *src, size_t bytes) {
                   "cudaMemcpyAsync(D2D)", __FILE__, __LINE__);
 }
 static void cu_sync(tq_backend *be) {
+    NOT_CAPTURING(be, "sync");
     tqc_cuda_fail(be, cudaStreamSynchronize(tqc(be)->stream), "cudaStreamSynchronize", __FILE__, __LINE__);
 }
 
@@ -219,6 +235,7 @@ static int clock_read(tq_backend *be, cudaEvent_t *ev, uint64_t seq, double *t_m
 /* Milliseconds on the device's clock: an event recorded on the stream (the last one so far).
  * Called after sync, so the event is complete at once. */
 static double cu_now_ms(tq_backend *be) {
+    NOT_CAPTURING(be, "now_ms", 0.0);
     ctx_full *f = (ctx_full *)be->ctx;
     tqc_ctx *c = &f->c;
     double t = f->t0_ms;
@@ -231,7 +248,7 @@ static double cu_now_ms(tq_backend *be) {
 /* ---- CUDA graphs ---- */
 static int cu_graph_begin(tq_backend *be) {
     ctx_full *f = (ctx_full *)be->ctx;
-    if (f->capturing) {
+    if (f->c.capturing) {
         tq_backend_seterr(be, "graph_begin: a capture is already open");
         return TQ_EINVAL;
     }
@@ -243,18 +260,18 @@ static int cu_graph_begin(tq_backend *be) {
         cudaGetLastError();
         return TQ_EDEVICE;
     }
-    f->capturing = 1;
+    f->c.capturing = 1;
     return TQ_OK;
 }
 
 static int cu_graph_end(tq_backend *be, int keep, void **graph) {
     ctx_full *f = (ctx_full *)be->ctx;
     if (graph) *graph = NULL;
-    if (!f->capturing) {
+    if (!f->c.capturing) {
         tq_backend_seterr(be, "graph_end: no capture is open");
         return TQ_EINVAL;
     }
-    f->capturing = 0;
+    f->c.capturing = 0;
     cudaGraph_t g = NULL;
     cudaError_t e = cudaStreamEndCapture(f->c.stream, &g);
     if (!keep || e != cudaSuccess || !g) {
@@ -300,6 +317,7 @@ static void cu_graph_free(tq_backend *be, void *graph) {
 
 /* ---- fetch: results read without stopping the stream ---- */
 static int cu_fetch_begin(tq_backend *be, int slot, const void *src, size_t bytes) {
+    NOT_CAPTURING(be, "fetch_begin", TQ_EINVAL);
     ctx_full *f = (ctx_full *)be->ctx;
     if (slot < 0 || slot >= TQ_FETCH_SLOTS || bytes > TQ_FETCH_BYTES || (bytes && !src) || !f->fetch) {
         tq_backend_seterr(be, "fetch_begin: bad slot %d or %zu bytes", slot, bytes);
@@ -315,6 +333,7 @@ static int cu_fetch_begin(tq_backend *be, int slot, const void *src, size_t byte
 }
 
 static int cu_fetch_end(tq_backend *be, int slot, void *dst, size_t bytes, double *t_ms) {
+    NOT_CAPTURING(be, "fetch_end", TQ_EINVAL);
     ctx_full *f = (ctx_full *)be->ctx;
     if (slot < 0 || slot >= TQ_FETCH_SLOTS || bytes > TQ_FETCH_BYTES || (bytes && !dst) || !f->fetch) {
         tq_backend_seterr(be, "fetch_end: bad slot %d or %zu bytes", slot, bytes);
@@ -339,10 +358,10 @@ static void cu_destroy(tq_backend *be) {
     ctx_full *f = (ctx_full *)be->ctx;
     if (!f) return;
     tqc_ctx *c = &f->c;
-    if (f->capturing) {                  /* a capture left open by an error path */
+    if (f->c.capturing) {                  /* a capture left open by an error path */
         cudaGraph_t g = NULL;
         if (cudaStreamEndCapture(c->stream, &g) == cudaSuccess && g) cudaGraphDestroy(g);
-        f->capturing = 0;
+        f->c.capturing = 0;
     }
     if (c->stream) cudaStreamSynchronize(c->stream);
     tqc_conv_destroy(be);

@@ -48,6 +48,10 @@ typedef struct {
      * cudaMalloc'd once at creation, TQC_SCRATCH_BYTES long, 256-byte aligned; not counted in
      * be->bytes_live (a fixed overhead of the backend, like the cuDNN handle's). */
     void *scratch;
+    /* a stream capture is open (graph_begin .. graph_end): the plan caches plan nothing then
+     * (planning may allocate, which a capture refuses), and the calls a capture cannot hold
+     * (transfers, syncs, allocations, fetches) are refused with an error naming them */
+    int capturing;
 } tqc_ctx;
 #define TQC_SCRATCH_BYTES ((size_t)8 << 20)
 

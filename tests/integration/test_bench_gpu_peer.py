@@ -223,3 +223,25 @@ def test_profile_step_skipped_out_of_budget():
     assert rec["skipped"] == "out of budget" and rec["pass"] is True and rec["model"] == "resnet50"
     md = "\n".join(gc.profile_report(rec))
     assert "resnet50 batch 128 fp16" in md and "Not run: out of budget (`--graphs-only` runs it)." in md
+
+
+def test_stale_bundle_is_refused(tmp_path):
+    """A bundle records the hash of the sources it was built from (scripts/gpu-bundle writes
+    SOURCE); gpu-check refuses one built from other sources than its checkout, naming both,
+    before it runs anything: the checks would otherwise pass old code off as the new. The hash
+    follows the sources: it is gpu-check --source-hash, stable between calls."""
+    h = subprocess.run([sys.executable, str(GPU_CHECK), "--source-hash"], capture_output=True, text=True, timeout=60)
+    assert h.returncode == 0 and len(h.stdout.strip()) == 16, h
+    again = subprocess.run([sys.executable, str(GPU_CHECK), "--source-hash"], capture_output=True, text=True, timeout=60)
+    assert again.stdout == h.stdout
+    bundle = tmp_path / "gpu-bundle"
+    (bundle / "bin").mkdir(parents=True)
+    (bundle / "SOURCE").write_text("0123456789abcdef abc1234-dirty, 2026-12-01 10:00 UTC\n")
+    report = tmp_path / "gpu-check.md"
+    r = subprocess.run([sys.executable, str(GPU_CHECK), "--graphs-only", "--graphs-device", "cpu",
+                        "--bundle", str(bundle), "--report", str(report), "--budget", "60"],
+                       stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120)
+    assert r.returncode != 0
+    out = r.stdout + r.stderr + (report.read_text() if report.exists() else "")
+    assert "was built from other sources (0123456789abcdef, abc1234-dirty" in out, out[-2000:]
+    assert h.stdout.strip() in out
