@@ -33,7 +33,7 @@ typedef enum {
     X(OUT_OF_MEMORY, out_of_memory, "the device or host ran out of memory, or the job outgrew its planned share") \
     X(CANNOT_FIT, cannot_fit, "the plan is over the budget of every device the job may use")  \
     X(DEVICE_UNAVAILABLE, device_unavailable, "the device the job needs cannot be used")       \
-    X(BACKEND_ERROR, backend_error, "a kernel, cuDNN or cuBLAS call failed")                   \
+    X(BACKEND_ERROR, backend_error, "a kernel, a cuDNN or cuBLAS call, or a copy between host and device failed")                   \
     X(IO_ERROR, io_error, "a record could not be written for another reason")                  \
     X(STORAGE_FULL, storage_full, "its steps or files could not be written: the filesystem is full") \
     X(STORAGE_ERROR, storage_error, "its steps or files could not be written (read-only, I/O error, a vanished directory)") \
