@@ -95,10 +95,16 @@ int tq_engine_new(tq_engine *e, tq_backend *be, tq_graph *g, tq_opt_kind opt, in
         return TQ_ENOMEM;
     }
     e->persistent_bytes = e->plan.params + e->plan.grads + e->plan.optimizer;
+    unsigned nerr = be->nerr;   /* memset0 returns nothing: a GPU's failure moves nerr */
     if (e->opt_a) be->i->memset0(be, e->opt_a, P * 4);
     if (e->opt_b) be->i->memset0(be, e->opt_b, P * 4);
     be->i->memset0(be, e->grads, P * 4);
     be->i->memset0(be, e->scalars, MISC_BYTES);
+    if (be->nerr != nerr) {
+        snprintf(err, errlen, "zeroing the optimizer state on the device failed: %s", be->err);
+        tq_engine_free(e);
+        return TQ_EDEVICE;
+    }
     build_schedule(e);
     return TQ_OK;
 }

@@ -130,7 +130,7 @@ typedef struct {
     int64_t prof_from;
 } run_ctx;
 
-/* memset0 and to_device return nothing: their failure (a GPU's) shows as be->err set again,
+/* memset0, to_device and to_host return nothing: their failure (a GPU's) shows as be->err set again,
  * nerr moved past what it was before them. Work that reads what they wrote is not issued
  * after one: a CUDA graph, for one, would replay the last step's indices or learning rate. */
 static int transfers_failed(const tq_backend *be, unsigned nerr) { return be->nerr != nerr; }
@@ -176,7 +176,9 @@ static int evaluate(run_ctx *r, int64_t step, int epoch, tq_eval_kind kind, tq_e
     tq_backend *be = r->be;
     const tq_split *t = &r->ds->test;
     int b = r->e.g->batch;
+    unsigned nerr = be->nerr;
     be->i->memset0(be, r->e.scalars, 2 * sizeof(float));
+    if (transfers_failed(be, nerr)) return TQ_EDEVICE;
     for (int64_t i = 0; i < t->n; i += b) {
         int n = (int)(t->n - i < b ? t->n - i : b);
         for (int k = 0; k < n; k++) r->idx_host[k] = (int32_t)(i + k);
@@ -185,7 +187,7 @@ static int evaluate(run_ctx *r, int64_t step, int epoch, tq_eval_kind kind, tq_e
         if (rc) return rc;
     }
     float sc[2];
-    unsigned nerr = be->nerr;
+    nerr = be->nerr;
     be->i->to_host(be, sc, r->e.scalars, sizeof sc);
     if (transfers_failed(be, nerr)) return TQ_EDEVICE;
     memset(out, 0, sizeof *out);
@@ -743,7 +745,9 @@ static int host_train(step_loop *L, int64_t start) {
     for (int64_t s = start; s < L->total && !L->stop; s++) {
         tq_prof_set(r->prof, s >= r->prof_from);   /* evals and checkpoints stay out of the profile */
         double t0 = I->now_ms(be);   /* the stream is idle here: the last step ended with a sync */
+        unsigned nerr0 = be->nerr;
         step_begin(L, s);
+        if (transfers_failed(be, nerr0)) { fail(L->sum, TQ_ERR_BACKEND_ERROR, be->err); return TQ_EDEVICE; }
         size_t extent = 0;
         for (int j = 0; j < accum && !rc; j++) {
             const tq_aug *aug;
@@ -862,7 +866,7 @@ int tq_train(const tq_spec *sp, const tq_run_opts *o, tq_summary *sum) {
         fail(sum, TQ_ERR_OUT_OF_MEMORY, err); rc = TQ_ENOMEM; goto done;
     }
     if ((rc = tq_engine_new(&r.e, r.be, g, sp->optimizer.type, momentum_buf(sp), err, sizeof err))) {
-        fail(sum, TQ_ERR_OUT_OF_MEMORY, err); goto done;
+        fail(sum, rc == TQ_EDEVICE ? TQ_ERR_BACKEND_ERROR : TQ_ERR_OUT_OF_MEMORY, err); goto done;
     }
     if ((rc = upload_split(&r, &ds.train, &r.train_img, &r.train_lab)) ||
         (rc = upload_split(&r, &ds.test, &r.test_img, &r.test_lab))) {

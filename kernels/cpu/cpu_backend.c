@@ -75,7 +75,7 @@ static void cpu_free(tq_backend *be, void *p) {
 /* Large buffers (a ResNet-50's 94 MB of gradients, zeroed every step) in one piece per thread:
  * one core's memset ran at 10 GB/s, 9.6 ms of a 457 ms resnet50 bf16 step at batch 32. */
 #define MEMSET_PAR_BYTES ((size_t)1 << 22)
-static void cpu_memset0(tq_backend *be, void *p, size_t bytes) {
+void tq_cpu_zero(tq_backend *be, void *p, size_t bytes) {
     int nt = tq_cpu_nt(be);
     if (bytes < MEMSET_PAR_BYTES || nt < 2) {
         if (bytes) memset(p, 0, bytes);
@@ -87,14 +87,24 @@ static void cpu_memset0(tq_backend *be, void *p, size_t bytes) {
         memset((char *)p + a, 0, b - a);
     }
 }
+__attribute__((weak)) int tq_cpu_memset0_fails(void);   /* below: a test's failure */
+static void cpu_memset0(tq_backend *be, void *p, size_t bytes) {
+    if (bytes && tq_cpu_memset0_fails()) {
+        memset(p, 0xff, bytes);   /* what was not zeroed: NaNs */
+        tq_backend_seterr(be, "memset0: %zu bytes not zeroed (a failure a test asked for)", bytes);
+        return;
+    }
+    tq_cpu_zero(be, p, bytes);
+}
 static void cpu_copy(tq_backend *be, void *dst, const void *src, size_t bytes) {
     if (bytes && dst != src) memmove(dst, src, bytes);
 }
-/* A CPU's copies cannot fail; a GPU's can. Tests define these (weak here: 0, never) to make
- * one to_device or to_host fail as a GPU's would and check that the trainer notices
- * (test_devstep.c). */
+/* A CPU's copies and memsets cannot fail; a GPU's can. Tests define these (weak here: 0, never)
+ * to make one to_device, to_host or memset0 fail as a GPU's would and check that the trainer
+ * notices (test_devstep.c). */
 __attribute__((weak)) int tq_cpu_to_device_fails(void) { return 0; }
 __attribute__((weak)) int tq_cpu_to_host_fails(void) { return 0; }
+__attribute__((weak)) int tq_cpu_memset0_fails(void) { return 0; }
 static void cpu_to_device(tq_backend *be, void *dst, const void *src, size_t bytes) {
     if (tq_cpu_to_device_fails()) {
         tq_backend_seterr(be, "to_device: %zu bytes not copied (a failure a test asked for)", bytes);

@@ -880,7 +880,7 @@ static int bwdd_direct(tq_backend *be, const tq_conv_desc *d, tq_dtype dt, int i
     wlay L;
     int rc;
     if (c->gd.on) {   /* dx = beta·dx + conv(dy, Wt) through the GEMMs' sum post-op */
-        if (beta == 0.0f) be->i->memset0(be, dx, nx_of(c) * esize(dt));
+        if (beta == 0.0f) tq_cpu_zero(be, dx, nx_of(c) * esize(dt));
         else if (beta != 1.0f) scale(be, dt, dx, nx_of(c), beta);
         lay_bwdd_gm(c, &L);
         flip_w(be, d, esize(dt), base + L.flip, w);

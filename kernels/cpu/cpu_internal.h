@@ -208,6 +208,10 @@ int tq_cpu_linear_bwd_filter(tq_backend *, int n, int in, int out, tq_dtype dt, 
  * as tq_cpu_conv_* decide (cpu_conv.c: wino_use, wino_few) */
 int tq_cpu_conv_is_wino(tq_backend *, const tq_conv_desc *, tq_dtype dt, int op, float beta);
 
+/* zeroes bytes at p, in one piece per thread when large (cpu_backend.c: the memset0 slot's own
+ * work, for the backend's internal use) */
+void tq_cpu_zero(tq_backend *be, void *p, size_t bytes);
+
 /* batch-norm: cpu_bn.c */
 int tq_cpu_bn_fwd_train(tq_backend *, tq_shape, tq_dtype dt, void *y, const void *x,
                         const float *gamma, const float *beta, float *save_mean,

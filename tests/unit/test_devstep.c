@@ -433,17 +433,18 @@ static void test_stop_in_flight_and_resume(void **state) {
     free(full); free(part); free(d1); free(d2);
 }
 
-/* The CPU backend's to_device and to_host count their calls here and fail the fail_at-th
- * (0: none); a GPU's copies can fail, and memset0/to_device/to_host return nothing (backend.h
- * nerr). */
-static int g_td_calls, g_td_fail_at, g_th_calls, g_th_fail_at;
+/* The CPU backend's to_device, to_host and memset0 count their calls here and fail the
+ * fail_at-th (0: none); a GPU's can fail, and they return nothing (backend.h nerr). */
+static int g_td_calls, g_td_fail_at, g_th_calls, g_th_fail_at, g_ms_calls, g_ms_fail_at;
 int tq_cpu_to_device_fails(void) { return ++g_td_calls == g_td_fail_at; }
 int tq_cpu_to_host_fails(void) { return ++g_th_calls == g_th_fail_at; }
+int tq_cpu_memset0_fails(void) { return ++g_ms_calls == g_ms_fail_at; }
 
 /* Every copy of a run, each in its turn, fails once: the dataset's upload, the initial weights,
  * the device loop's initial step state, each micro-batch's indices and draws (to_device); each
  * step's results in the plain loop, the evaluations' sums, the weights for a checkpoint, the
- * model's export and the pruned / int8 evaluations (to_host). Each time the job fails as a
+ * model's export and the pruned / int8 evaluations (to_host); the optimizer state's, each
+ * step's gradients' and loss sums' and each evaluation's zeroing (memset0). Each time the job fails as a
  * backend_error naming the copy, and the model file on disk stays the one a whole run wrote:
  * nothing is trained on, or written from, bytes that did not arrive. */
 static void test_failed_transfer_fails_the_job(void **state) {
@@ -453,22 +454,24 @@ static void test_failed_transfer_fails_the_job(void **state) {
     char *d = tmpdir(), *dok = tmpdir();
     recs *r = calloc(1, sizeof *r);
     tq_summary s;
-    int total[2][3];
+    int total[3][3];
     static const char *const loops[] = { "plain", "device-step", "device-step, capture attempted" };
-    static const char *const dirs[] = { "to_device", "to_host" };
-    for (int dir = 0; dir < 2; dir++)
+    static const char *const dirs[] = { "to_device", "to_host", "memset0" };
+    int *const counters[3][2] = { { &g_td_calls, &g_td_fail_at }, { &g_th_calls, &g_th_fail_at },
+                                  { &g_ms_calls, &g_ms_fail_at } };
+    for (int dir = 0; dir < 3; dir++)
         for (int dev = 0; dev < 3; dev++) {
-            int *calls = dir ? &g_th_calls : &g_td_calls, *fail_at = dir ? &g_th_fail_at : &g_td_fail_at;
-            g_td_calls = g_th_calls = 0; g_td_fail_at = g_th_fail_at = 0;
+            int *calls = counters[dir][0], *fail_at = counters[dir][1];
+            g_td_calls = g_th_calls = g_ms_calls = 0; g_td_fail_at = g_th_fail_at = g_ms_fail_at = 0;
             assert_int_equal(run(js, dok, r, &s, dev), 0);
             assert_string_equal(s.state, "succeeded");
             total[dir][dev] = *calls;
             for (int at = 1; at <= total[dir][dev]; at++) {
-                g_td_calls = g_th_calls = 0; *fail_at = at;
+                g_td_calls = g_th_calls = g_ms_calls = 0; *fail_at = at;
                 int rc = run(js, d, r, &s, dev);
                 *fail_at = 0;
                 if (rc == 0 || strcmp(s.state, "failed") || strcmp(s.error_code, "backend_error") ||
-                    !strstr(s.error_message, "not copied"))
+                    !strstr(s.error_message, dir == 2 ? "not zeroed" : "not copied"))
                     fail_msg("%s loop, %s %d of %d failed: rc %d, state %s, %s: %s", loops[dev], dirs[dir], at,
                              total[dir][dev], rc, s.state, s.error_code, s.error_message);
                 char m[512];
@@ -476,9 +479,9 @@ static void test_failed_transfer_fails_the_job(void **state) {
                 if (access(m, F_OK) == 0) same_file_tensors(d, dok, "model.safetensors");
             }
         }
-    printf("# copies in a run (plain, device step, capture attempted): to_device %d, %d, %d; to_host %d, %d, %d; "
-           "each one's failure failed the job\n", total[0][0], total[0][1], total[0][2], total[1][0], total[1][1],
-           total[1][2]);
+    printf("# calls in a run (plain, device step, capture attempted): to_device %d, %d, %d; to_host %d, %d, %d; "
+           "memset0 %d, %d, %d; each one's failure failed the job\n", total[0][0], total[0][1], total[0][2],
+           total[1][0], total[1][1], total[1][2], total[2][0], total[2][1], total[2][2]);
     free(r); free(d); free(dok);
 }
 
