@@ -24,6 +24,7 @@ typedef struct {
     char arch[16];               /* "sm_90" */
     long long total_bytes, free_bytes;   /* free: at the probe, before any job of ours ran */
     char pci_bus_id[32];         /* NVML's name for it ("" unknown): the supervisor's memory reads */
+    int compute_mode;            /* TQ_CM_* (train/device.h), -1 unknown */
 } tq_api_gpu;
 
 typedef struct {

@@ -29,7 +29,9 @@ typedef struct {
     long long budget;              /* bytes jobs may plan here (GPU: total − reserve) */
     long long total_bytes;         /* the device's memory (GPU: the driver's; CPU: physical) */
     long long reserve_bytes;       /* GPU: the reserve kept for contexts and other processes */
-    long long driver_used, driver_free;   /* GPU: the driver's numbers now; < 0 unknown */
+    long long driver_used, driver_free;   /* GPU: the driver's numbers now (NVML); < 0 unknown */
+    long long driver_room;         /* GPU: driver_free less what our running jobs' plans may still
+                                    * take (what placement may use); < 0 unknown */
     int max_jobs, cores;           /* cores: the CPU's to share; 0 on a GPU */
     long long planned;             /* sum of the running jobs' planned peaks */
     int njobs;

@@ -3,6 +3,7 @@
 #include "autobatch.h"
 #include "report.h"
 #include "spec.h"
+#include "device.h"
 #include "../schema/store.h"
 #include "util.h"
 #include "daemon.h"
@@ -396,9 +397,12 @@ static int cmd_devices(int argc, char **argv) {
         cJSON_AddNumberToObject(d, "memory_total_bytes", (double)gpus[i].total_bytes);
         cJSON_AddNumberToObject(d, "memory_free_bytes", (double)gpus[i].free_bytes);
         if (gpus[i].pci_bus_id[0]) cJSON_AddStringToObject(d, "pci_bus_id", gpus[i].pci_bus_id);
+        cJSON_AddStringToObject(d, "compute_mode", tq_compute_mode_name(gpus[i].compute_mode));
         cJSON_AddItemToArray(arr, d);
-        fprintf(stderr, "%s: %s (sm_%d), %.1f of %.1f GiB free\n", id, gpus[i].name, gpus[i].sm,
-                gpus[i].free_bytes / 1073741824.0, gpus[i].total_bytes / 1073741824.0);
+        fprintf(stderr, "%s: %s (sm_%d), %.1f of %.1f GiB free%s%s\n", id, gpus[i].name, gpus[i].sm,
+                gpus[i].free_bytes / 1073741824.0, gpus[i].total_bytes / 1073741824.0,
+                gpus[i].compute_mode > 0 ? ", compute mode " : "",
+                gpus[i].compute_mode > 0 ? tq_compute_mode_name(gpus[i].compute_mode) : "");
     }
     cJSON *d = cJSON_CreateObject();
     cJSON_AddStringToObject(d, "id", "cpu");

@@ -419,6 +419,12 @@ static int probe_gpus(const char *devices, tq_api_gpu *out, int max, char *why, 
         snprintf(g->pci_bus_id, sizeof g->pci_bus_id, "%s", pci ? pci : "");
         g->total_bytes = (long long)cJSON_GetNumberValue(cJSON_GetObjectItem(d, "memory_total_bytes"));
         g->free_bytes = (long long)cJSON_GetNumberValue(cJSON_GetObjectItem(d, "memory_free_bytes"));
+        g->compute_mode = tq_compute_mode_parse(cJSON_GetStringValue(cJSON_GetObjectItem(d, "compute_mode")));
+        if (tq_compute_mode_max_jobs(g->compute_mode, 1) == 0) {   /* prohibited: no process may use it */
+            fprintf(stderr, "trainq serve: cuda:%d (%s) is in compute mode %s (nvidia-smi -c): no job can use "
+                    "it, left out\n", g->ordinal, g->name, tq_compute_mode_name(g->compute_mode));
+            count--;
+        }
     }
     const char *cu = cJSON_GetStringValue(cJSON_GetObjectItem(o, "cuda"));
     snprintf(why, n, "%s", count ? "available" : cu ? cu : "no CUDA device found");
@@ -747,7 +753,7 @@ static void reconcile(supervisor *s) {
 static void refresh_gpus(supervisor *s) {
     for (int d = 0; d < s->ndev; d++) {
         tq_ledger_dev *v = &s->devs[d];
-        v->driver_used = v->driver_free = -1;
+        v->driver_used = v->driver_free = v->driver_room = -1;
         if (!v->gpu || !s->nvml) continue;
         pid_t pids[MAX_WORKERS];
         int np = 0;
@@ -755,13 +761,13 @@ static void refresh_gpus(supervisor *s) {
         long long total, used, fr, ours;
         if (tq_gpumem_read(s->pci[d], &total, &used, &fr, pids, np, &ours)) continue;
         v->driver_used = used;
-        v->driver_free = fr;
-        /* what our running jobs may still take: their plans less what they hold now (all of
-         * their plans when NVML cannot say per process) */
+        v->driver_free = fr;   /* as nvidia-smi says it (GET /v1/devices) */
+        /* placement's room: less what our running jobs may still take, their plans less what
+         * they hold now (all of their plans when NVML cannot say per process) */
         long long planned = 0;
         for (int i = 0; i < s->nw; i++) if (s->w[i].dev == d) planned += s->w[i].bytes;
         long long pending = ours >= 0 ? planned - ours : planned;
-        if (pending > 0) v->driver_free = fr > pending ? fr - pending : 0;
+        v->driver_room = pending > 0 ? (fr > pending ? fr - pending : 0) : fr;
     }
 }
 
@@ -831,7 +837,7 @@ static int place_round(supervisor *s) {
         memcpy(sd[d].id, view[d].id, sizeof sd[d].id);
         sd[d].budget = view[d].budget;
         sd[d].planned = view[d].planned;
-        sd[d].driver_free = view[d].gpu ? view[d].driver_free : -1;
+        sd[d].driver_free = view[d].gpu ? view[d].driver_room : -1;
         sd[d].njobs = view[d].njobs;
         sd[d].max_jobs = view[d].max_jobs;
         sd[d].cores = view[d].cores;
@@ -1096,14 +1102,18 @@ int tq_cmd_serve(int argc, char **argv) {
             tq_ledger_dev *v = &sup.devs[d];
             snprintf(v->id, sizeof v->id, "%s", ids[d]);
             v->gpu = tq_dev_is_gpu(ids[d]);
-            v->driver_used = v->driver_free = -1;
+            v->driver_used = v->driver_free = v->driver_room = -1;
             if (v->gpu) {
                 const tq_api_gpu *g = NULL;
                 for (int i = 0; i < ngpus; i++) if (!strcmp(gid[i], ids[d])) g = &gpus[i];
                 v->total_bytes = g ? g->total_bytes : 0;
                 v->reserve_bytes = pc.reserve_bytes;
                 v->budget = v->total_bytes - pc.reserve_bytes;
-                v->max_jobs = pc.max_jobs_gpu;
+                /* each job is a worker process: a GPU in an exclusive compute mode takes one */
+                v->max_jobs = tq_compute_mode_max_jobs(g ? g->compute_mode : -1, pc.max_jobs_gpu);
+                if (g && v->max_jobs < pc.max_jobs_gpu)
+                    fprintf(stderr, "trainq serve: %s is in compute mode %s (nvidia-smi -c): one job at a time on it\n",
+                            v->id, tq_compute_mode_name(g->compute_mode));
                 if (g) snprintf(sup.pci[d], sizeof sup.pci[d], "%s", g->pci_bus_id);
                 if (v->budget <= 0) {
                     fprintf(stderr, "trainq serve: --gpu-reserve-mb %lld leaves no memory for jobs on %s (%.1f GiB in all)\n",

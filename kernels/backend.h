@@ -266,6 +266,7 @@ typedef struct {
     int sm;                       /* compute capability major*10 + minor */
     size_t total_bytes, free_bytes;
     char pci_bus_id[32];          /* "00000000:3b:00.0": how NVML names the same GPU */
+    int compute_mode;             /* cudaComputeMode (0 default, 2 prohibited, 3 exclusive process), -1 unknown */
 } tq_cuda_devinfo;
 int tq_cuda_built(void);                        /* 1 when this binary has the CUDA backend */
 /* Fills up to `max` entries; returns the device count (0 when none) or -1 with why[] set. */

@@ -129,3 +129,21 @@ long long tq_host_mem_available(void) {
     fclose(f);
     return kb < 0 ? -1 : kb * 1024;
 }
+
+static const char *const CM_NAMES[] = { "default", "exclusive_thread", "prohibited", "exclusive_process" };
+
+const char *tq_compute_mode_name(int mode) {
+    return mode >= 0 && mode < (int)(sizeof CM_NAMES / sizeof CM_NAMES[0]) ? CM_NAMES[mode] : "unknown";
+}
+
+int tq_compute_mode_parse(const char *name) {
+    for (int m = 0; name && m < (int)(sizeof CM_NAMES / sizeof CM_NAMES[0]); m++)
+        if (!strcmp(name, CM_NAMES[m])) return m;
+    return -1;
+}
+
+int tq_compute_mode_max_jobs(int mode, int max_jobs) {
+    if (mode == TQ_CM_PROHIBITED) return 0;
+    if (mode == TQ_CM_EXCLUSIVE_PROCESS || mode == TQ_CM_EXCLUSIVE_THREAD) return max_jobs < 1 ? max_jobs : 1;
+    return max_jobs;
+}

@@ -39,6 +39,19 @@ int tq_devices_resolve(const char *flag, const char *const *gpus, int ngpus,
  * where a job asking for `want` may run, in the order the job prefers them: auto prefers the
  * GPUs, then the CPU. Returns the count (0: none). */
 int tq_devsel_candidates(const tq_devsel *want, char devs[][TQ_DEV_ID_MAX], int ndev, int *idx);
+/* A GPU's compute mode (CUDA's cudaComputeMode values; the driver's, set with nvidia-smi -c):
+ * default lets any number of processes use it; exclusive_process one process at a time, and
+ * cudaSetDevice fails in any other (the old exclusive_thread likewise); prohibited none. */
+enum { TQ_CM_DEFAULT = 0, TQ_CM_EXCLUSIVE_THREAD = 1, TQ_CM_PROHIBITED = 2, TQ_CM_EXCLUSIVE_PROCESS = 3 };
+/* "default", "exclusive_thread", "prohibited", "exclusive_process"; "unknown" otherwise */
+const char *tq_compute_mode_name(int mode);
+/* the mode a name gives (as tq_compute_mode_name writes it); -1 for anything else */
+int tq_compute_mode_parse(const char *name);
+/* How many jobs of the daemon a GPU in `mode` takes at once, given the configured max_jobs:
+ * max_jobs in default mode (and an unknown one), 1 in the exclusive modes (each job is a worker
+ * process: a second one's cudaSetDevice would fail), 0 when prohibited (the GPU is not used). */
+int tq_compute_mode_max_jobs(int mode, int max_jobs);
+
 /* The host's MemAvailable (/proc/meminfo) in bytes, -1 unknown: what the CPU budget defaults
  * from and GET /v1/devices shows. Reads a file; thread-safe. */
 long long tq_host_mem_available(void);

@@ -69,7 +69,11 @@ int tq_cuda_devices(tq_cuda_devinfo *out, int max, char *why, size_t why_len) {
         tq_cuda_devinfo *o = &out[d];
         memset(o, 0, sizeof *o);
         o->ordinal = d;
+        o->compute_mode = -1;
         if (cudaGetDeviceProperties(&p, d) != cudaSuccess) { cudaGetLastError(); continue; }
+        int cm = 0;   /* not in cudaDeviceProp since CUDA 13: an attribute */
+        if (cudaDeviceGetAttribute(&cm, cudaDevAttrComputeMode, d) == cudaSuccess) o->compute_mode = cm;
+        else cudaGetLastError();
         snprintf(o->name, sizeof o->name, "%.95s", p.name);
         o->sm = p.major * 10 + p.minor;
         o->total_bytes = p.totalGlobalMem;

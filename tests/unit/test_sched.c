@@ -213,6 +213,25 @@ static void test_dependency_wait(void **st) {
     assert_int_equal(o[0].free, 100 * MB);
 }
 
+/* A GPU's compute mode bounds the jobs placed on it at once: each job is its own worker
+ * process, and in an exclusive mode a second process's cudaSetDevice fails (a job would fail
+ * as device_unavailable); in prohibited mode no process can use it. The names round-trip
+ * through `trainq devices`' JSON. */
+static void test_compute_mode_policy(void **st) {
+    (void)st;
+    assert_int_equal(tq_compute_mode_max_jobs(TQ_CM_DEFAULT, 4), 4);
+    assert_int_equal(tq_compute_mode_max_jobs(-1, 4), 4);   /* unknown: as configured */
+    assert_int_equal(tq_compute_mode_max_jobs(TQ_CM_EXCLUSIVE_PROCESS, 4), 1);
+    assert_int_equal(tq_compute_mode_max_jobs(TQ_CM_EXCLUSIVE_THREAD, 4), 1);
+    assert_int_equal(tq_compute_mode_max_jobs(TQ_CM_EXCLUSIVE_PROCESS, 1), 1);
+    assert_int_equal(tq_compute_mode_max_jobs(TQ_CM_PROHIBITED, 4), 0);
+    for (int m = 0; m < 4; m++) assert_int_equal(tq_compute_mode_parse(tq_compute_mode_name(m)), m);
+    assert_string_equal(tq_compute_mode_name(TQ_CM_EXCLUSIVE_PROCESS), "exclusive_process");
+    assert_string_equal(tq_compute_mode_name(-1), "unknown");
+    assert_int_equal(tq_compute_mode_parse("unknown"), -1);
+    assert_int_equal(tq_compute_mode_parse(NULL), -1);
+}
+
 static void test_device_resolver(void **st) {
     (void)st;
     tq_devsel d;
@@ -285,6 +304,7 @@ static void test_per_user_cap(void **st) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_per_user_cap),
+        cmocka_unit_test(test_compute_mode_policy),
         cmocka_unit_test(test_fit_and_no_fit),
         cmocka_unit_test(test_spec_threads_kept),
         cmocka_unit_test(test_several_devices_spread_and_prefer_gpu),
