@@ -916,6 +916,8 @@ enum MHD_Result tq_h_devices(tq_ctx *c) {
         if (g) {
             cJSON_AddStringToObject(d, "name", g->name);
             cJSON_AddStringToObject(d, "arch", g->arch);
+            if (g->pci_bus_id[0]) cJSON_AddStringToObject(d, "pci_bus_id", g->pci_bus_id);
+            cJSON_AddStringToObject(d, "compute_mode", tq_compute_mode_name(g->compute_mode));
         }
         cJSON_AddNumberToObject(d, "memory_total_bytes", (double)v->total_bytes);
         if (v->gpu) {

@@ -424,6 +424,10 @@ static int cmd_devices(int argc, char **argv) {
 }
 
 int main(int argc, char **argv) {
+    /* cuda:N numbered as nvidia-smi and NVML number the GPUs (PCI order), not CUDA's default
+     * fastest first, which differs on a machine with mixed cards; the workers inherit it.
+     * Before any CUDA call; a value the environment sets wins. */
+    setenv("CUDA_DEVICE_ORDER", "PCI_BUS_ID", 0);
     if (argc < 2) { usage(stderr); return 2; }
     const char *cmd = argv[1];
     if (!strcmp(cmd, "run")) return cmd_run(argc - 2, argv + 2);
