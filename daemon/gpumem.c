@@ -22,6 +22,7 @@ static struct {
     int (*by_pci)(const char *, nvml_dev *);
     int (*memory)(nvml_dev, nvml_memory *);
     int (*procs)(nvml_dev, unsigned int *, nvml_process *);
+    const char *(*errstr)(int);   /* nvmlErrorString: a status in words (optional) */
 } nv;
 
 int tq_gpumem_init(char *why, size_t n) {
@@ -33,6 +34,7 @@ int tq_gpumem_init(char *why, size_t n) {
     nv.by_pci = (int (*)(const char *, nvml_dev *))dlsym(lib, "nvmlDeviceGetHandleByPciBusId_v2");
     nv.memory = (int (*)(nvml_dev, nvml_memory *))dlsym(lib, "nvmlDeviceGetMemoryInfo");
     nv.procs = (int (*)(nvml_dev, unsigned int *, nvml_process *))dlsym(lib, "nvmlDeviceGetComputeRunningProcesses_v2");
+    nv.errstr = (const char *(*)(int))dlsym(lib, "nvmlErrorString");
     if (!nv.init || !nv.shutdown || !nv.by_pci || !nv.memory) {
         snprintf(why, n, "NVML lacks the entry points trainq reads");
         dlclose(lib);
@@ -41,7 +43,9 @@ int tq_gpumem_init(char *why, size_t n) {
     }
     int rc = nv.init();
     if (rc != 0) {
-        snprintf(why, n, "nvmlInit failed (NVML status %d)", rc);
+        /* e.g. 9 "Driver Not Loaded", 4 "Insufficient Permissions", 18 a driver/library mismatch */
+        const char *w = nv.errstr ? nv.errstr(rc) : NULL;
+        snprintf(why, n, "nvmlInit failed (NVML status %d%s%s)", rc, w ? ": " : "", w ? w : "");
         dlclose(lib);
         memset(&nv, 0, sizeof nv);
         return -1;
