@@ -365,8 +365,9 @@ static int open_backend(const tq_spec *sp, tq_backend **out, char *dev, size_t d
  * TQ_DEVICE_STEP=1 in the environment runs this loop without capturing, on any backend: how
  * the unit tests check it on the CPU (tests/unit/test_devstep.c), and how gpu-check tells a
  * capture problem from a problem of this loop. TQ_DEVICE_STEP=capture attempts the capture on
- * any backend: on the CPU it fails, and the tests check that the job trains on uncaptured. The other path (host_train) is the one every job
- * without cuda_graphs runs; both record a finished step through record_step. */
+ * any backend: on the CPU it fails, and the tests check that the job trains on uncaptured. The
+ * other path (host_train) is the one every job without cuda_graphs runs; both record a
+ * finished step through record_step. */
 
 #define DS_FETCH (TQ_SCALARS_DSTATE + sizeof(tq_dstep_state))   /* scalars[0..2] .. the state */
 
