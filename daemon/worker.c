@@ -274,7 +274,7 @@ int tq_cmd_worker(int argc, char **argv) {
     char out[TQ_PATH_MAX + 64];
     job_dir(db_path, id, out, sizeof out);
     wctx w = { db, id, sp.checkpoint_every, 0, 0, 0, TQ_STORE_FAULT_NONE, "" };
-    tq_run_opts o = { out, 1, { &w, w_step, w_eval, w_stop, w_checkpoint }, mem_limit, NULL };
+    tq_run_opts o = { out, 1, { &w, w_step, w_eval, w_stop, w_checkpoint }, mem_limit, NULL, 1 };
     fprintf(stderr, "trainq worker: job %lld: training (%s, files in %s)\n", id, tq_model_name(sp.model), out);
     tq_summary sum;
     tq_train(&sp, &o, &sum);

@@ -312,8 +312,8 @@ unsigned tq_tf32_backend_flags(tq_tf32 t) {
 /* The backend a spec asks for (device.h). "auto": the first GPU when one works, else the CPU
  * (the reason goes to stderr); "cuda" / "cuda:N": that GPU or a device_unavailable failure with
  * the reason; "cpu": the CPU. dev receives "cpu" or "cuda:N": the device the job really runs on. */
-static int open_backend(const tq_spec *sp, tq_backend **out, char *dev, size_t dl, char *code, size_t cl,
-                        char *err, size_t el) {
+static int open_backend(const tq_spec *sp, int placed, tq_backend **out, char *dev, size_t dl, char *code,
+                        size_t cl, char *err, size_t el) {
     char why[256] = "";
     *out = NULL;
     tq_devsel want;
@@ -333,7 +333,11 @@ static int open_backend(const tq_spec *sp, tq_backend **out, char *dev, size_t d
         }
         if (want.kind != TQ_DEV_AUTO) {
             snprintf(code, cl, "%s", tq_error_name(TQ_ERR_DEVICE_UNAVAILABLE));
-            snprintf(err, el, "device \"%s\" requested, but %s; use \"device\": \"auto\" or \"cpu\"", sp->device, why);
+            if (placed)   /* the scheduler's choice, free when it placed the job: taken since? */
+                snprintf(err, el, "placed on %s, but %s (another process may have taken the GPU since the "
+                         "placement; POST /v1/jobs/{id}/requeue runs the job again)", sp->device, why);
+            else
+                snprintf(err, el, "device \"%s\" requested, but %s; use \"device\": \"auto\" or \"cpu\"", sp->device, why);
             return TQ_EDEVICE;
         }
         if (tq_cuda_built()) fprintf(stderr, "trainq: device auto: training on the CPU: %s\n", why);
@@ -800,7 +804,7 @@ int tq_train(const tq_spec *sp, const tq_run_opts *o, tq_summary *sum) {
     }
     if (load_data(sp, &ds, code, sizeof code, err, sizeof err)) { fail_as(sum, code, err); return TQ_EDATA; }
     r.sp = sp; r.ds = &ds;
-    if (open_backend(sp, &r.be, sum->device, sizeof sum->device, code, sizeof code, err, sizeof err)) {
+    if (open_backend(sp, o->placed, &r.be, sum->device, sizeof sum->device, code, sizeof code, err, sizeof err)) {
         fail_as(sum, code, err); tq_dataset_free(&ds); return TQ_EDEVICE;
     }
     /* TF32 and graphs as this job runs them: tf32 is the CUDA backend's (the CPU's f32 is

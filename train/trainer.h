@@ -23,6 +23,9 @@ typedef struct {
     const char *profile;     /* NULL, or where to write the run's per-op profile (profile.h): the
                               * step is issued from the host (no CUDA graph), the first steps
                               * (up to 3, at most half) are left out, a table goes to stderr */
+    int placed;              /* 1: the daemon placed the job on spec->device (trainq worker): a
+                              * device that cannot be opened is reported as the placement's, with
+                              * the requeue that retries it, not as the spec's choice */
 } tq_run_opts;
 
 int tq_train(const tq_spec *spec, const tq_run_opts *opts, tq_summary *sum);

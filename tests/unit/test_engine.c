@@ -338,6 +338,17 @@ static void test_bad_input(void **st) {
     expect_failure(js, "memory_limit", "max_memory_mb 64");
     /* cuda in a CPU-only build */
     expect_failure("{\"model\":\"cnn\",\"steps\":1,\"device\":\"cuda\"," SYN_DATA "}", "device_unavailable", "device \"cuda\" requested, but ");
+    /* a GPU the daemon placed the job on that cannot be opened (here: none): the placement's
+     * failure, with the requeue that retries it, not advice to change the spec's device */
+    {
+        tq_spec sp;
+        spec_from(&sp, "{\"model\":\"cnn\",\"steps\":1,\"device\":\"cuda:0\"," SYN_DATA "}");
+        tq_run_opts o = {NULL, 0, {r, on_step, on_eval, NULL, NULL}, 0, NULL, 1};
+        assert_int_not_equal(tq_train(&sp, &o, &sum), 0);
+        assert_string_equal(sum.error_code, "device_unavailable");
+        if (strncmp(sum.error_message, "placed on cuda:0, but ", 22) || !strstr(sum.error_message, "/requeue"))
+            fail_msg("message: %s", sum.error_message);
+    }
     free(r); free(d); free(d2);
 }
 
