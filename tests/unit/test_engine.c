@@ -35,7 +35,7 @@ static int run(const char *json, const char *out, recs *r, tq_summary *sum) {
     tq_spec sp;
     spec_from(&sp, json);
     memset(r, 0, sizeof *r);
-    tq_run_opts o = {out, 0, {r, on_step, on_eval, NULL, NULL}, 0, NULL};
+    tq_run_opts o = {out, 0, {r, on_step, on_eval, NULL, NULL}, 0, NULL, 0};
     return tq_train(&sp, &o, sum);
 }
 
@@ -277,7 +277,7 @@ static void test_resume_same_numbers(void **st) {
     assert_int_equal(run(js, d1, full, &s), 0);
     tq_spec sp;
     spec_from(&sp, js);
-    tq_run_opts o = {d2, 0, {part, on_step, on_eval, stop_fn, NULL}, 0, NULL};
+    tq_run_opts o = {d2, 0, {part, on_step, on_eval, stop_fn, NULL}, 0, NULL, 0};
     g_calls = 0; g_stop_after = 4;
     assert_int_equal(tq_train(&sp, &o, &ps), 0);
     assert_string_equal(ps.state, "cancelled");

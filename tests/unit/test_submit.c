@@ -89,7 +89,7 @@ static int setup(void **state) {
     tq_ledger_dev d[2] = { device("cuda:0", 8192 * MIB), device("cpu", 8192 * MIB) };
     f->ledger = tq_ledger_new(d, 2);
     assert_non_null(f->ledger);
-    static const tq_api_gpu gpu = { 0, "a GPU the ledger lists (none is used)", "sm_90", 16384 * MIB, 16384 * MIB, "" };
+    static const tq_api_gpu gpu = { 0, "a GPU the ledger lists (none is used)", "sm_90", 16384 * MIB, 16384 * MIB, "", 0 };
     for (int attempt = 0; attempt < 8 && !f->api; attempt++) {
         f->port = free_port();
         tq_api_config cfg;
