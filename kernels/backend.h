@@ -279,6 +279,10 @@ tq_backend *tq_cuda_backend_new(int device, int benchmark, int deterministic, ch
 enum { TQ_TF32_CONV_OK = 1, TQ_TF32_MATMUL_OK = 2 };
 typedef struct { int device, benchmark, deterministic; unsigned tf32; } tq_cuda_opts;
 tq_backend *tq_cuda_backend_open(const tq_cuda_opts *opts, char *why, size_t why_len);
+/* 1 when this thread's last tq_cuda_backend_open failed because the GPU is busy now (out of
+ * memory creating the context or the backend's buffers, or another process holds a GPU in an
+ * exclusive compute mode): a failure that may pass. 0 otherwise (no driver, no such device). */
+int tq_cuda_open_busy(void);
 const char *tq_cuda_backend_name(tq_backend *);  /* the GPU's name; NULL for other backends */
 
 #endif

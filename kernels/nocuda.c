@@ -27,4 +27,6 @@ tq_backend *tq_cuda_backend_open(const tq_cuda_opts *opts, char *why, size_t why
     return NULL;
 }
 
+int tq_cuda_open_busy(void) { return 0; }
+
 const char *tq_cuda_backend_name(tq_backend *be) { (void)be; return NULL; }

@@ -147,3 +147,8 @@ int tq_compute_mode_max_jobs(int mode, int max_jobs) {
     if (mode == TQ_CM_EXCLUSIVE_PROCESS || mode == TQ_CM_EXCLUSIVE_THREAD) return max_jobs < 1 ? max_jobs : 1;
     return max_jobs;
 }
+
+int tq_open_retry_delay_ms(int attempt) {
+    static const int delays[] = { 3000, 10000, 30000 };
+    return attempt >= 1 && attempt <= (int)(sizeof delays / sizeof delays[0]) ? delays[attempt - 1] : -1;
+}

@@ -52,6 +52,12 @@ int tq_compute_mode_parse(const char *name);
  * process: a second one's cudaSetDevice would fail), 0 when prohibited (the GPU is not used). */
 int tq_compute_mode_max_jobs(int mode, int max_jobs);
 
+/* How long a worker waits before it tries again to open a GPU the daemon placed its job on and
+ * found busy (tq_cuda_open_busy: another process took the memory, or holds the GPU in an
+ * exclusive mode, since the placement): the wait before try `attempt` + 1 in ms, or -1 to give
+ * up (the job then fails as device_unavailable). 3 s, 10 s, 30 s: 43 s in all. */
+int tq_open_retry_delay_ms(int attempt);
+
 /* The host's MemAvailable (/proc/meminfo) in bytes, -1 unknown: what the CPU budget defaults
  * from and GET /v1/devices shows. Reads a file; thread-safe. */
 long long tq_host_mem_available(void);

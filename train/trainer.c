@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 
 #define AUG_PAD 4
 
@@ -804,8 +805,34 @@ int tq_train(const tq_spec *sp, const tq_run_opts *o, tq_summary *sum) {
     }
     if (load_data(sp, &ds, code, sizeof code, err, sizeof err)) { fail_as(sum, code, err); return TQ_EDATA; }
     r.sp = sp; r.ds = &ds;
-    if (open_backend(sp, o->placed, &r.be, sum->device, sizeof sum->device, code, sizeof code, err, sizeof err)) {
-        fail_as(sum, code, err); tq_dataset_free(&ds); return TQ_EDEVICE;
+    /* a GPU the daemon placed the job on and found busy (taken since the placement): a few
+     * tries with waits between them (tq_open_retry_delay_ms), a stop or cancel heeded while
+     * waiting; anything else fails at once */
+    for (int attempt = 1;; attempt++) {
+        if (!open_backend(sp, o->placed, &r.be, sum->device, sizeof sum->device, code, sizeof code, err, sizeof err))
+            break;
+        int delay = o->placed && tq_cuda_open_busy() ? tq_open_retry_delay_ms(attempt) : -1;
+        if (delay < 0) {
+            if (attempt > 1) {   /* say how long it waited */
+                size_t l = strlen(err);
+                snprintf(err + l, sizeof err - l, " (tried %d times over %.0f s)", attempt,
+                         (tq_mono_ms() - t_start) / 1000.0);
+            }
+            fail_as(sum, code, err); tq_dataset_free(&ds); return TQ_EDEVICE;
+        }
+        fprintf(stderr, "trainq: %s; trying again in %d s\n", err, delay / 1000);
+        int stop = 0;
+        for (double until = tq_mono_ms() + delay; !stop && tq_mono_ms() < until;) {
+            struct timespec ts = { 0, 100 * 1000 * 1000 };
+            nanosleep(&ts, NULL);
+            if (o->cb.should_stop) stop = o->cb.should_stop(o->cb.ctx);
+        }
+        if (stop) {   /* as a stop before the first step: nothing trained, nothing lost */
+            snprintf(sum->state, sizeof sum->state, stop == 2 ? "interrupted" : "cancelled");
+            sum->wall_s = (tq_mono_ms() - t_start) / 1000.0;
+            tq_dataset_free(&ds);
+            return 0;
+        }
     }
     /* TF32 and graphs as this job runs them: tf32 is the CUDA backend's (the CPU's f32 is
      * exact); the step on the device runs for cuda_graphs on a CUDA device (captured) or with

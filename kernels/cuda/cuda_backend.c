@@ -449,8 +449,12 @@ tq_backend *tq_cuda_backend_new(int device, int benchmark, int deterministic, ch
     return tq_cuda_backend_open(&o, why, why_len);
 }
 
+static __thread int open_busy;
+int tq_cuda_open_busy(void) { return open_busy; }
+
 tq_backend *tq_cuda_backend_open(const tq_cuda_opts *opts, char *why, size_t why_len) {
     char tmp[256];
+    open_busy = 0;
     const int device = opts ? opts->device : 0;
     if (!why) { why = tmp; why_len = sizeof tmp; }
     int count = 0;
@@ -538,6 +542,7 @@ tq_backend *tq_cuda_backend_open(const tq_cuda_opts *opts, char *why, size_t why
 
 cuda_fail:
     cudaGetLastError();
+    open_busy = e == cudaErrorMemoryAllocation || e == cudaErrorDevicesUnavailable;
     snprintf(why, why_len, "%s on cuda:%d: %s (%s)", step, device, cudaGetErrorString(e), cudaGetErrorName(e));
 fail:
     cu_destroy(be);

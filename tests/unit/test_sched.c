@@ -230,6 +230,13 @@ static void test_compute_mode_policy(void **st) {
     assert_string_equal(tq_compute_mode_name(-1), "unknown");
     assert_int_equal(tq_compute_mode_parse("unknown"), -1);
     assert_int_equal(tq_compute_mode_parse(NULL), -1);
+    /* a placed GPU found busy at the worker's start: three more tries, 43 s in all, then give up */
+    int total = 0, tries = 1;
+    for (int a = 1; tq_open_retry_delay_ms(a) >= 0; a++) { total += tq_open_retry_delay_ms(a); tries++; }
+    assert_int_equal(tries, 4);
+    assert_int_equal(total, 43000);
+    assert_int_equal(tq_open_retry_delay_ms(0), -1);
+    assert_true(tq_open_retry_delay_ms(1) < tq_open_retry_delay_ms(2) && tq_open_retry_delay_ms(2) < tq_open_retry_delay_ms(3));
 }
 
 static void test_device_resolver(void **st) {
