@@ -808,6 +808,7 @@ int tq_train(const tq_spec *sp, const tq_run_opts *o, tq_summary *sum) {
     /* a GPU the daemon placed the job on and found busy (taken since the placement): a few
      * tries with waits between them (tq_open_retry_delay_ms), a stop or cancel heeded while
      * waiting; anything else fails at once */
+    const double t_open = tq_mono_ms();
     for (int attempt = 1;; attempt++) {
         if (!open_backend(sp, o->placed, &r.be, sum->device, sizeof sum->device, code, sizeof code, err, sizeof err))
             break;
@@ -816,7 +817,7 @@ int tq_train(const tq_spec *sp, const tq_run_opts *o, tq_summary *sum) {
             if (attempt > 1) {   /* say how long it waited */
                 size_t l = strlen(err);
                 snprintf(err + l, sizeof err - l, " (tried %d times over %.0f s)", attempt,
-                         (tq_mono_ms() - t_start) / 1000.0);
+                         (tq_mono_ms() - t_open) / 1000.0);
             }
             fail_as(sum, code, err); tq_dataset_free(&ds); return TQ_EDEVICE;
         }

@@ -713,7 +713,7 @@ static int wino_few(tq_backend *be, const tq_conv_desc *d, tq_dtype dt, int op) 
 /* op (kind 0 fwd, 1 bwd_data with this beta, 2 bwd_filter) runs Winograd: the dispatch below */
 int tq_cpu_conv_is_wino(tq_backend *be, const tq_conv_desc *d, tq_dtype dt, int op, float beta) {
     if (!wino_use(be, d, dt)) return 0;
-    return op == OP_BWD_FILTER || !wino_few(be, d, dt, op) || (op == OP_BWD_DATA && beta != 0.0f);
+    return !wino_few(be, d, dt, op) || (op == OP_BWD_DATA && beta != 0.0f);   /* wino_few: never bwd_filter */
 }
 
 static int cx_vec(tq_backend *be) { return ((tq_cpu_ctx *)be->ctx)->wino_vec; }

@@ -565,10 +565,7 @@ static int get_plan(tq_backend *be, int kind, int beta1, const tq_conv_desc *d, 
             *out = p;
             return TQ_OK;
         }
-    if (ctx->capturing) {   /* not remembered: the same op uncaptured may plan it */
-        tq_backend_seterr(be, "%s: no plan for this shape before the capture (run the op once uncaptured first)", nm);
-        return TQ_EDEVICE;
-    }
+    if (tqc_miss_while_capturing(be, nm)) return TQ_EDEVICE;
 
     char what[200], err[sizeof be->err];
     describe(what, sizeof what, kind, &g, dt);

@@ -57,6 +57,15 @@ typedef struct {
 
 static inline tqc_ctx *tqc(tq_backend *be) { return (tqc_ctx *)be->ctx; }
 
+/* A plan-cache miss (cuDNN's get_plan, cuBLASLt's get_lplan) while a capture is open: an error,
+ * and not remembered (planning may allocate, which a capture refuses; the same op uncaptured
+ * may plan it). 0 when no capture is open. */
+static inline int tqc_miss_while_capturing(tq_backend *be, const char *nm) {
+    if (!tqc(be)->capturing) return 0;
+    tq_backend_seterr(be, "%s: no plan for this shape before the capture (run the op once uncaptured first)", nm);
+    return TQ_EDEVICE;
+}
+
 /* Sets be->err and returns nonzero when `e` is an error. */
 int tqc_cuda_fail(tq_backend *be, cudaError_t e, const char *what, const char *file, int line);
 #define TQC_CHECK(be, call)                                                                    \

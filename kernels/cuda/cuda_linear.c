@@ -239,10 +239,7 @@ static int get_lplan(tq_backend *be, int kind, int n, int in, int out, tq_dtype 
             *res = p;
             return TQ_OK;
         }
-    if (ctx->capturing) {   /* not remembered: the same op uncaptured may plan it */
-        tq_backend_seterr(be, "%s: no plan for this shape before the capture (run the op once uncaptured first)", nm);
-        return TQ_EDEVICE;
-    }
+    if (tqc_miss_while_capturing(be, nm)) return TQ_EDEVICE;
     lent *p = calloc(1, sizeof *p);
     if (!p) { tq_backend_seterr(be, "%s: out of host memory", nm); return TQ_ENOMEM; }
     p->kind = kind; p->n = n; p->in = in; p->out = out; p->dt = dt; p->bias = bias;
