@@ -175,6 +175,7 @@ static cJSON *job_json(const tq_api *a, const tq_job *j) {
         cJSON_AddNumberToObject(wf, "needs_bytes", (double)w.needs);
         cJSON_AddNumberToObject(wf, "free_bytes", (double)w.free);
         if (w.behind > 0) cJSON_AddNumberToObject(wf, "behind", (double)w.behind);
+        if (w.message[0]) cJSON_AddStringToObject(wf, "message", w.message);   /* device_busy: why */
         if (!strcmp(w.reason, "dependency")) {   /* the jobs of its after that have not succeeded yet */
             cJSON *af = cJSON_AddArrayToObject(wf, "after");
             for (int k = 0; k < w.nafter && k < 16; k++) cJSON_AddItemToArray(af, cJSON_CreateNumber((double)w.after[k]));

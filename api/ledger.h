@@ -41,12 +41,13 @@ typedef struct {
 typedef struct {
     int64_t id;                    /* the queued job */
     char reason[16];               /* queued: memory, max_jobs, priority, user_limit,
-                                    * dependency; running: storage (its end is recorded once the
-                                    * database takes writes) */
+                                    * dependency, device_busy; running: storage (its end is
+                                    * recorded once the database takes writes) */
     char device[16];               /* the device it waits for ("" none) */
     long long needs, free;         /* its planned peak there and the room there now */
     int64_t behind;                /* reason priority: the job that device is held for */
-    char message[300];             /* reason storage: the database's complaint */
+    char message[300];             /* reason storage: the database's complaint; device_busy: why
+                                    * the device is busy, and for how long nothing goes there */
     int nafter;                    /* reason dependency: the jobs it waits for (not succeeded yet) */
     int64_t after[16];
 } tq_ledger_wait;

@@ -298,6 +298,8 @@ int tq_cli_show(int argc, char **argv) {
             kv("waiting for", "job %.0f (its device is held for it)", tq_js_num(wf, "behind", 0));
         else if (!strcmp(why, "storage"))
             kv("waiting for", "storage: %s", tq_js_str(wf, "message", ""));
+        else if (!strcmp(why, "device_busy"))
+            kv("waiting for", "%s, busy: %s", tq_js_str(wf, "device", "its device"), tq_js_str(wf, "message", ""));
         else if (!strcmp(why, "max_jobs"))
             kv("waiting for", "a free slot on %s (it runs its maximum of jobs)", tq_js_str(wf, "device", "the device"));
         else if (!strcmp(why, "dependency")) {   /* the jobs of its after not succeeded yet */

@@ -24,6 +24,8 @@ extern const tq_cmd_doc tq_doc_serve, tq_doc_worker;
     X(CANCELLED, 3, "the job was cancelled")                                                  \
     X(UNRECORDED, 4, "the job ended but the database would not take its outcome: it went to the " \
                      "daemon through --report-fd, to be recorded when the database takes writes again") \
+    X(DEVICE_BUSY, 5, "the device the job was placed on was busy (another process took it since the " \
+                      "placement): the job goes back to the queue, and nothing is placed there for a pause") \
     X(REQUEUE, 75, "stopped by SIGTERM after a checkpoint, to go back to the queue (EX_TEMPFAIL)") \
     X(EXEC_FAILED, 127, "the worker program could not be started (exec of /proc/self/exe failed: the " \
                         "binary was removed or replaced?)")

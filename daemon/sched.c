@@ -13,6 +13,7 @@ const char *tq_wait_name(tq_wait w) {
     case TQ_WAIT_NO_DEVICE: return "no_device";
     case TQ_WAIT_USER: return "user_limit";
     case TQ_WAIT_DEPENDENCY: return "dependency";
+    case TQ_WAIT_BUSY: return "device_busy";
     }
     return "?";
 }
@@ -66,12 +67,13 @@ int tq_sched_place(tq_sched_dev *devs, int ndev, const tq_sched_job *q, int nq,
 
         /* the best device where it fits now, among those not held for a job ahead; auto's
          * preference for a GPU: a fitting GPU always beats the CPU */
-        int best = -1, best_gpu = 0, any_holdable = 0, held_fit = -1, slots_fit = -1;
+        int best = -1, best_gpu = 0, any_holdable = 0, held_fit = -1, slots_fit = -1, busy_fit = -1;
         for (int k = 0; k < nc; k++) {
             tq_sched_dev *d = &devs[cand[k]];
             long long need = need_on(j, d);
             if (need <= d->budget) any_holdable = 1;
             if (need > room_of(d)) continue;
+            if (d->busy) { if (busy_fit < 0) busy_fit = cand[k]; continue; }
             if (d->njobs >= d->max_jobs) { if (slots_fit < 0) slots_fit = cand[k]; continue; }
             if (d->held_by >= 0) { if (held_fit < 0) held_fit = cand[k]; continue; }
             int gpu = tq_dev_is_gpu(d->id);
@@ -128,6 +130,9 @@ int tq_sched_place(tq_sched_dev *devs, int ndev, const tq_sched_job *q, int nq,
         } else if (slots_fit >= 0) {
             o->wait = TQ_WAIT_SLOTS;
             o->dev = slots_fit;
+        } else if (busy_fit >= 0) {
+            o->wait = TQ_WAIT_BUSY;
+            o->dev = busy_fit;
         } else {
             o->wait = TQ_WAIT_MEMORY;
             o->dev = want;
@@ -136,7 +141,8 @@ int tq_sched_place(tq_sched_dev *devs, int ndev, const tq_sched_job *q, int nq,
         o->free = room_of(&devs[o->dev]);
         /* past the backfill window: hold the device it suits best, unless one is already held
          * for a job ahead (that one goes first; this one holds when it becomes the oldest) */
-        if (pol->backfill_window_s >= 0 && j->waited_s > pol->backfill_window_s && devs[want].held_by < 0)
+        if (o->wait != TQ_WAIT_BUSY && pol->backfill_window_s >= 0 && j->waited_s > pol->backfill_window_s &&
+            devs[want].held_by < 0)
             devs[want].held_by = i;
     }
     return placed;

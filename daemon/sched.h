@@ -26,6 +26,9 @@
  *   (TQ_WAIT_DEPENDENCY) and holds nothing — later jobs are placed as if it were not there —
  *   unless it could never fit anywhere (TQ_WAIT_NEVER, as for any job). Its backfill clock starts
  *   when it becomes eligible (the caller's waited_s).
+ * - A device marked busy (the supervisor's pause after a worker found it taken by another
+ *   process, or an exclusive-mode GPU another process holds) takes nothing: a job that would
+ *   fit there and fits nowhere else waits (TQ_WAIT_BUSY), holding nothing there either.
  * - CPU jobs split the cores: a CPU job without its own `threads` gets the cores divided by the
  *   number of CPU jobs running once it starts (at least 1). */
 #ifndef TQ_SCHED_H
@@ -42,6 +45,8 @@ typedef struct {
     long long driver_free;      /* GPU: free bytes as the driver reports them now; < 0 unknown */
     int njobs, max_jobs;
     int cores;                  /* CPU: cores to share; 0 for a GPU */
+    int busy;                   /* 1: found busy (a worker could not open it, or another process
+                                 * holds it in an exclusive mode): nothing is placed here now */
     int held_by;                /* out: index into the queue of the job this device is held for, -1 */
 } tq_sched_dev;
 
@@ -64,6 +69,7 @@ typedef enum {
     TQ_WAIT_NO_DEVICE,      /* this daemon serves no device the job may use */
     TQ_WAIT_USER,           /* its owner runs max_running_per_user jobs already */
     TQ_WAIT_DEPENDENCY,     /* a job of its "after" has not succeeded yet */
+    TQ_WAIT_BUSY,           /* it would fit, but the device is busy (tq_sched_dev.busy) */
 } tq_wait;
 
 typedef struct {
@@ -87,7 +93,8 @@ typedef struct {
 int tq_sched_place(tq_sched_dev *devs, int ndev, const tq_sched_job *q, int nq,
                    const tq_sched_policy *pol, tq_sched_out *out);
 
-/* "memory", "max_jobs", "priority", "never", "no_device", "user_limit", "dependency", or "" for
+/* "memory", "max_jobs", "priority", "never", "no_device", "user_limit", "dependency",
+ * "device_busy", or "" for
  * TQ_WAIT_NONE */
 const char *tq_wait_name(tq_wait w);
 #endif

@@ -522,12 +522,36 @@ typedef struct {
  * or read-only disk must not turn a finished job into a ghost (running, no worker). */
 typedef struct {
     int64_t job;
-    int requeue;             /* 1: back to the queue (an interruption); 0: finish */
+    int requeue;             /* 1: back to the queue (an interruption); 2: back to the queue, its
+                              * device found busy (msg says why); 0: finish */
     char state[16], code[32];
+    char device[16];         /* requeue 2: the busy device */
     char *summary, *msg;     /* malloc'd; NULL none */
     double next_ms, delay_ms;
     char why[400];           /* the storage problem, for waiting_for */
 } outcome_t;
+
+/* A device found busy: a worker could not open it (another process took it since the
+ * placement), or it is a GPU in an exclusive compute mode that another process holds. Nothing is
+ * placed there while it is (sched.h, TQ_WAIT_BUSY). */
+typedef struct {
+    double until_ms;         /* paused until then (tq_busy_pause_ms after the streak-th report) */
+    double last_ms;          /* the last busy report; a streak older than BUSY_FORGET_MS is over */
+    int streak;              /* busy reports in a row */
+    char why[240];           /* the last worker's words */
+    int held;                /* exclusive mode, and the driver lists a process there: none of ours */
+    char held_why[160];
+} busy_t;
+#define BUSY_FORGET_MS (10 * 60 * 1000.0)
+
+/* a job busy devices turned away, in a row (TQ_BUSY_MAX_TRIES fails it); forgotten on any
+ * other end of its worker */
+typedef struct {
+    int64_t job;
+    int tries;
+    double first_ms;
+} turned_t;
+#define MAX_TURNED 64
 
 typedef struct {
     tq_store *st;
@@ -543,6 +567,10 @@ typedef struct {
     int nvml;                /* GPU memory can be re-read */
     outcome_t *pend;         /* outcomes waiting for the database */
     int npend, cappend;
+    int cm[TQ_LEDGER_MAX_DEVICES];   /* a GPU's compute mode (device.h), -1 unknown */
+    busy_t busy[TQ_LEDGER_MAX_DEVICES];
+    turned_t turned[MAX_TURNED];     /* jobs a busy device turned away, in a row */
+    int nturned;
     double reconciled_ms, logs_ms;
 } supervisor;
 
@@ -591,10 +619,12 @@ static int storage_fault(tq_store *st) {
 /* Writes o; 0 done (or moot: the job is no longer running), -1 the database cannot take it
  * now (o->why says why; retry). */
 static int outcome_apply(supervisor *s, outcome_t *o) {
-    int rc = o->requeue ? tq_queue_requeue(s->st, o->job)
-                        : tq_queue_finish(s->st, o->job, o->state, o->summary, o->code[0] ? o->code : NULL, o->msg);
+    int rc = o->requeue == 2 ? tq_queue_requeue_busy(s->st, o->job, o->device, o->msg)
+             : o->requeue ? tq_queue_requeue(s->st, o->job)
+             : tq_queue_finish(s->st, o->job, o->state, o->summary, o->code[0] ? o->code : NULL, o->msg);
     if (rc == 0) {
-        if (o->requeue) fprintf(stderr, "trainq serve: job %lld: back in the queue\n", (long long)o->job);
+        if (o->requeue) fprintf(stderr, "trainq serve: job %lld: back in the queue%s%s\n", (long long)o->job,
+                                o->requeue == 2 ? ", its device busy: " : "", o->requeue == 2 && o->msg ? o->msg : "");
         else fprintf(stderr, "trainq serve: job %lld %s%s%s\n", (long long)o->job, o->state,
                      o->code[0] ? ": " : "", o->code[0] ? o->msg ? o->msg : o->code : "");
         return 0;
@@ -669,7 +699,8 @@ static int read_report(int fd, outcome_t *o) {
     const char *sum = cJSON_GetStringValue(cJSON_GetObjectItem(r, "summary"));
     const char *code = cJSON_GetStringValue(cJSON_GetObjectItem(r, "error_code"));
     const char *msg = cJSON_GetStringValue(cJSON_GetObjectItem(r, "error_message"));
-    int ok = state && (!strcmp(state, "succeeded") || !strcmp(state, "failed") || !strcmp(state, "cancelled"));
+    int ok = state && (!strcmp(state, "succeeded") || !strcmp(state, "failed") || !strcmp(state, "cancelled") ||
+                       !strcmp(state, "device_busy"));   /* not an end: why a busy device turned it away */
     if (ok) {
         snprintf(o->state, sizeof o->state, "%s", state);
         snprintf(o->code, sizeof o->code, "%s", code ? code : "");
@@ -680,12 +711,99 @@ static int read_report(int fd, outcome_t *o) {
     return ok;
 }
 
-/* After the worker of job `id` ended with wait status ws (report: its pipe, -1 none). */
-static void finalise(supervisor *s, int64_t id, int ws, int stopping, int report) {
+/* o: the job failed with code and msg (its summary says so too) */
+static void outcome_failed(outcome_t *o, tq_error_code code, const char *msg) {
+    cJSON *sum = cJSON_CreateObject();
+    cJSON_AddStringToObject(sum, "state", "failed");
+    cJSON *e = cJSON_AddObjectToObject(sum, "error");
+    cJSON_AddStringToObject(e, "code", tq_error_name(code));
+    cJSON_AddStringToObject(e, "message", msg);
+    o->summary = cJSON_PrintUnformatted(sum);
+    cJSON_Delete(sum);
+    snprintf(o->state, sizeof o->state, "failed");
+    snprintf(o->code, sizeof o->code, "%s", tq_error_name(code));
+    o->msg = strdup(msg);
+}
+
+static turned_t *turned_of(supervisor *s, int64_t job) {
+    for (int i = 0; i < s->nturned; i++) if (s->turned[i].job == job) return &s->turned[i];
+    if (s->nturned == MAX_TURNED) {   /* full: the oldest streak goes */
+        int old = 0;
+        for (int i = 1; i < s->nturned; i++) if (s->turned[i].first_ms < s->turned[old].first_ms) old = i;
+        s->turned[old] = s->turned[--s->nturned];
+    }
+    turned_t *t = &s->turned[s->nturned++];
+    *t = (turned_t){ job, 0, mono_ms() };
+    return t;
+}
+
+static void turned_forget(supervisor *s, int64_t job) {
+    for (int i = 0; i < s->nturned; i++)
+        if (s->turned[i].job == job) { s->turned[i] = s->turned[--s->nturned]; return; }
+}
+
+/* tq_busy_pause_ms, or TQ_TEST_BUSY_PAUSE_MS for every pause (the tests' way to reach the
+ * give-up in seconds) */
+static int busy_pause_ms(int streak) {
+    const char *e = getenv("TQ_TEST_BUSY_PAUSE_MS");
+    return e && e[0] ? atoi(e) : tq_busy_pause_ms(streak);
+}
+
+/* The worker of job `id` found device `dev` busy (TQ_WORKER_DEVICE_BUSY; its words on the
+ * report pipe): the device pauses (tq_busy_pause_ms, longer with each report in a row) and
+ * the job goes back to the queue without the start counting — or fails as device_unavailable
+ * once busy devices have turned it away TQ_BUSY_MAX_TRIES times in a row. */
+static void device_busy(supervisor *s, int64_t id, int dev, int report, int stopping) {
+    outcome_t o, r;
+    memset(&o, 0, sizeof o);
+    memset(&r, 0, sizeof r);
+    o.job = id;
+    const char *devid = dev >= 0 && dev < s->ndev ? s->devs[dev].id : "its device";
+    char why[300];
+    if (report >= 0 && read_report(report, &r) && !strcmp(r.state, "device_busy") && r.msg)
+        snprintf(why, sizeof why, "%s", r.msg);
+    else
+        snprintf(why, sizeof why, "the worker found %s busy", devid);
+    outcome_free(&r);
+    double now = mono_ms();
+    if (dev >= 0 && dev < s->ndev && !stopping) {
+        busy_t *b = &s->busy[dev];
+        if (now - b->last_ms > BUSY_FORGET_MS) b->streak = 0;
+        b->streak++;
+        b->last_ms = now;
+        b->until_ms = now + busy_pause_ms(b->streak);
+        snprintf(b->why, sizeof b->why, "job %lld found it busy: %.200s", (long long)id, why);
+        fprintf(stderr, "trainq serve: %s: busy (job %lld: %s): nothing is placed there for %.3g s\n", devid,
+                (long long)id, why, (b->until_ms - now) / 1000.0);
+    }
+    turned_t *t = turned_of(s, id);
+    if (++t->tries >= TQ_BUSY_MAX_TRIES) {
+        char msg[600];
+        snprintf(msg, sizeof msg, "a busy device turned the job away %d times in a row, over %.0f s (another process "
+                 "holds it; POST /v1/jobs/%lld/requeue runs the job again); the last time: %.300s", t->tries,
+                 (now - t->first_ms) / 1000.0, (long long)id, why);
+        turned_forget(s, id);
+        outcome_failed(&o, TQ_ERR_DEVICE_UNAVAILABLE, msg);
+        outcome_settle(s, &o);
+        return;
+    }
+    o.requeue = 2;
+    o.msg = strdup(why);
+    snprintf(o.device, sizeof o.device, "%s", devid);
+    outcome_settle(s, &o);
+}
+
+/* After the worker of job `id` on device `dev` ended with wait status ws (report: its pipe, -1
+ * none). */
+static void finalise(supervisor *s, int64_t id, int dev, int ws, int stopping, int report) {
     outcome_t o;
     memset(&o, 0, sizeof o);
     o.job = id;
     int code = WIFEXITED(ws) ? WEXITSTATUS(ws) : -1;
+    if (code != TQ_WORKER_DEVICE_BUSY) {   /* it got past opening its device (or never will) */
+        turned_forget(s, id);
+        if (dev >= 0 && dev < s->ndev) s->busy[dev].streak = 0;
+    }
     if (code == TQ_WORKER_UNRECORDED && report >= 0 && read_report(report, &o)) {
         outcome_settle(s, &o);
         return;
@@ -702,6 +820,10 @@ static void finalise(supervisor *s, int64_t id, int ws, int stopping, int report
         fprintf(stderr, "trainq serve: job %lld: worker exited %d\n", (long long)id, code);
         return;
     }
+    if (code == TQ_WORKER_DEVICE_BUSY) {
+        device_busy(s, id, dev, report, stopping);
+        return;
+    }
     if (code == TQ_WORKER_REQUEUE || stopping) {
         o.requeue = 1;
         outcome_settle(s, &o);
@@ -713,16 +835,7 @@ static void finalise(supervisor *s, int64_t id, int ws, int stopping, int report
     if (!WIFSIGNALED(ws)) ml += (size_t)snprintf(msg + ml, sizeof msg - ml, ", without finishing the job");
     if (ml >= sizeof msg) ml = sizeof msg - 1;
     snprintf(msg + ml, sizeof msg - ml, "; its output is in the job's log (GET /v1/jobs/%lld/log)", (long long)id);
-    cJSON *sum = cJSON_CreateObject();
-    cJSON_AddStringToObject(sum, "state", "failed");
-    cJSON *e = cJSON_AddObjectToObject(sum, "error");
-    cJSON_AddStringToObject(e, "code", tq_error_name(TQ_ERR_WORKER_CRASHED));
-    cJSON_AddStringToObject(e, "message", msg);
-    o.summary = cJSON_PrintUnformatted(sum);
-    cJSON_Delete(sum);
-    snprintf(o.state, sizeof o.state, "failed");
-    snprintf(o.code, sizeof o.code, "%s", tq_error_name(TQ_ERR_WORKER_CRASHED));
-    o.msg = strdup(msg);
+    outcome_failed(&o, TQ_ERR_WORKER_CRASHED, msg);
     outcome_settle(s, &o);
 }
 
@@ -754,10 +867,23 @@ static void refresh_gpus(supervisor *s) {
     for (int d = 0; d < s->ndev; d++) {
         tq_ledger_dev *v = &s->devs[d];
         v->driver_used = v->driver_free = v->driver_room = -1;
+        s->busy[d].held = 0;
         if (!v->gpu || !s->nvml) continue;
         pid_t pids[MAX_WORKERS];
         int np = 0;
         for (int i = 0; i < s->nw; i++) if (s->w[i].dev == d) pids[np++] = s->w[i].pid;
+        /* an exclusive-mode GPU none of our workers uses, where the driver lists a process:
+         * that process holds it, and a worker's cudaSetDevice would fail */
+        if (np == 0 && (s->cm[d] == TQ_CM_EXCLUSIVE_PROCESS || s->cm[d] == TQ_CM_EXCLUSIVE_THREAD)) {
+            pid_t first = 0;
+            int n = tq_gpumem_processes(s->pci[d], &first);
+            if (n > 0) {
+                s->busy[d].held = 1;
+                snprintf(s->busy[d].held_why, sizeof s->busy[d].held_why, "%s is in compute mode %s and %d other "
+                         "process%s (pid %d as the driver counts) use%s it", v->id, tq_compute_mode_name(s->cm[d]),
+                         n, n == 1 ? "" : "es", (int)first, n == 1 ? "s" : "");
+            }
+        }
         long long total, used, fr, ours;
         if (tq_gpumem_read(s->pci[d], &total, &used, &fr, pids, np, &ours)) continue;
         v->driver_used = used;
@@ -841,6 +967,9 @@ static int place_round(supervisor *s) {
         sd[d].njobs = view[d].njobs;
         sd[d].max_jobs = view[d].max_jobs;
         sd[d].cores = view[d].cores;
+        busy_t *b = &s->busy[d];
+        if (b->streak && mono_ms() - b->last_ms > BUSY_FORGET_MS) b->streak = 0;
+        sd[d].busy = b->held || mono_ms() < b->until_ms;
     }
     tq_sched_job *jobs = nq ? calloc((size_t)nq, sizeof *jobs) : NULL;
     tq_sched_out *out = nq ? calloc((size_t)nq, sizeof *out) : NULL;
@@ -954,6 +1083,12 @@ static int place_round(supervisor *s) {
         w->needs = o->needs;
         w->free = o->free;
         w->behind = o->behind;
+        if (o->wait == TQ_WAIT_BUSY) {   /* why, and for how long when it is a pause */
+            const busy_t *b = &s->busy[o->dev];
+            if (b->held) snprintf(w->message, sizeof w->message, "%s", b->held_why);
+            else snprintf(w->message, sizeof w->message, "%s; nothing is placed there for %.0f s more", b->why,
+                          (b->until_ms - mono_ms()) / 1000.0 + 0.5);
+        }
         if (o->wait == TQ_WAIT_DEPENDENCY) {
             w->nafter = q[i].ndeps < 16 ? q[i].ndeps : 16;
             memcpy(w->after, q[i].deps, (size_t)w->nafter * sizeof w->after[0]);
@@ -988,7 +1123,7 @@ static int reap(supervisor *s, int stopping) {
         if (r <= 0) break;
         for (int i = 0; i < s->nw; i++) {
             if (s->w[i].pid != r) continue;
-            finalise(s, s->w[i].job, ws, stopping, s->w[i].report);
+            finalise(s, s->w[i].job, s->w[i].dev, ws, stopping, s->w[i].report);
             if (s->w[i].report >= 0) close(s->w[i].report);
             s->w[i] = s->w[--s->nw];
             n++;
@@ -1111,6 +1246,7 @@ int tq_cmd_serve(int argc, char **argv) {
                 v->budget = v->total_bytes - pc.reserve_bytes;
                 /* each job is a worker process: a GPU in an exclusive compute mode takes one */
                 v->max_jobs = tq_compute_mode_max_jobs(g ? g->compute_mode : -1, pc.max_jobs_gpu);
+                sup.cm[d] = g ? g->compute_mode : -1;
                 if (g && v->max_jobs < pc.max_jobs_gpu)
                     fprintf(stderr, "trainq serve: %s is in compute mode %s (nvidia-smi -c): one job at a time on it\n",
                             v->id, tq_compute_mode_name(g->compute_mode));
@@ -1236,7 +1372,7 @@ int tq_cmd_serve(int argc, char **argv) {
             }
             for (int i = 0; i < sup.nw; i++)
                 if (sup.w[i].pid == r) {
-                    finalise(&sup, sup.w[i].job, ws, 1, sup.w[i].report);
+                    finalise(&sup, sup.w[i].job, sup.w[i].dev, ws, 1, sup.w[i].report);
                     if (sup.w[i].report >= 0) close(sup.w[i].report);
                     sup.w[i] = sup.w[--sup.nw];
                     break;

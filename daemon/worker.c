@@ -279,6 +279,14 @@ int tq_cmd_worker(int argc, char **argv) {
     tq_summary sum;
     tq_train(&sp, &o, &sum);
 
+    if (sum.device_busy) {   /* not the job's failure: the supervisor requeues it (serve.c) */
+        fprintf(stderr, "trainq worker: job %lld: %s: back to the queue\n", id, sum.error_message);
+        strcpy(sum.state, "device_busy");
+        if (report_fd >= 0 && report_outcome((int)report_fd, &sum, NULL, NULL))
+            fprintf(stderr, "trainq worker: job %lld: cannot tell the daemon why: %s\n", id, strerror(errno));
+        tq_store_close(db);
+        return TQ_WORKER_DEVICE_BUSY;
+    }
     if (!strcmp(sum.state, "interrupted")) {
         int f = tq_store_flush(db);
         fprintf(stderr, "trainq worker: job %lld: stopped at step %lld after a checkpoint: to be requeued\n",

@@ -15,7 +15,7 @@ enum {
     Q_CKPT, Q_FINISH, Q_REQUEUE, Q_RECOVER_FAIL, Q_RECOVER_QUEUE, Q_EVENT, Q_EVENT_STATE,
     Q_EVENTS, Q_RECOVER_LIST, Q_BEGIN_READ, Q_END_READ, Q_EXISTS, Q_TOMBSTONE, Q_QUEUED,
     Q_CLAIM_JOB, Q_FAIL_QUEUED, Q_LIST_OWNED, Q_QUEUED_FAIR, Q_USERS, Q_BLOCKED, Q_FAIL_DEP,
-    Q_DEP_EXISTS, Q_BAD_DEP, Q_REQUEUE_EVENT, Q_REQUEUE_JOB,
+    Q_DEP_EXISTS, Q_BAD_DEP, Q_REQUEUE_EVENT, Q_REQUEUE_JOB, Q_BUSY_JOB, Q_BUSY_EVENT,
 };
 
 /* The job columns, then its queue position, then the latest step's columns. */
@@ -826,6 +826,43 @@ int tq_queue_requeue(tq_store *s, int64_t id) {
     if (done(s, st, "requeue")) goto fail;
     if (sqlite3_changes(s->db) != 1) return not_running(s, id, "requeue");
     if (state_event(s, id) || fail_blocked(s, NULL)) goto fail;
+    return tq__commit(s);
+fail:
+    tq__rollback(s);
+    return TQ_STORE_ERR;
+}
+
+int tq_queue_requeue_busy(tq_store *s, int64_t id, const char *device, const char *message) {
+    s->err[0] = 0;
+    if (tq_store_flush(s)) return TQ_STORE_ERR;
+    if (tq__begin(s)) return TQ_STORE_ERR;
+    sqlite3_stmt *st;
+    /* the start is given back; a job that never trained (no step, never interrupted) has not
+     * started either: its started_at goes, or the owner's fair share would count the wait */
+    if (tq__stmt(s, Q_BUSY_JOB,
+                 "UPDATE jobs SET state = CASE WHEN cancel_requested THEN 'cancelled' ELSE 'queued' END, "
+                 "finished_at = CASE WHEN cancel_requested THEN ?2 ELSE NULL END, "
+                 "summary = CASE WHEN cancel_requested THEN json_object('state', 'cancelled', 'steps', "
+                 LAST_STEP ") ELSE summary END, "
+                 "attempts = max(attempts - 1, 0), "
+                 "started_at = CASE WHEN interruptions = 0 AND " LAST_STEP " = 0 THEN NULL ELSE started_at END "
+                 "WHERE id = ?1 AND state = 'running'", &st))
+        goto fail;
+    sqlite3_bind_int64(st, 1, id);
+    sqlite3_bind_int64(st, 2, tq__now_ms());
+    if (done(s, st, "requeue")) goto fail;
+    if (sqlite3_changes(s->db) != 1) return not_running(s, id, "requeue");
+    if (tq__stmt(s, Q_BUSY_EVENT,
+                 "INSERT INTO events (job_id, time, type, data) SELECT id, ?2, 'state', json_object('state', "
+                 "state, 'attempts', attempts, 'error', NULL, 'device_busy', json_object('device', ?3, "
+                 "'message', ?4)) FROM jobs WHERE id = ?1", &st))
+        goto fail;
+    sqlite3_bind_int64(st, 1, id);
+    sqlite3_bind_int64(st, 2, tq__now_ms());
+    sqlite3_bind_text(st, 3, device ? device : "", -1, SQLITE_TRANSIENT);
+    sqlite3_bind_text(st, 4, message ? message : "", -1, SQLITE_TRANSIENT);
+    if (done(s, st, "requeue")) goto fail;
+    if (fail_blocked(s, NULL)) goto fail;
     return tq__commit(s);
 fail:
     tq__rollback(s);

@@ -182,6 +182,11 @@ int tq_queue_finish(tq_store *, int64_t id, const char *state, const char *summa
                     const char *error_code, const char *error_message);
 /* A running job back to 'queued' (graceful stop): attempts unchanged. ECONFLICT if not running. */
 int tq_queue_requeue(tq_store *, int64_t id);
+/* A running job whose worker found its device busy (another process took it since the
+ * placement) back to 'queued': the start is given back (attempts − 1; started_at cleared when
+ * it never trained), interruptions unchanged, a pending cancel honoured ('cancelled'), and the
+ * state event carries "device_busy": {device, message}. ECONFLICT if not running. */
+int tq_queue_requeue_busy(tq_store *, int64_t id, const char *device, const char *message);
 /* A failed or cancelled job back to 'queued' (POST /v1/jobs/{id}/requeue; see the contract).
  * *state (may be NULL) receives its state before the call. TQ_STORE_ENOJOB unknown;
  * TQ_STORE_ECONFLICT when it is queued, running or succeeded; TQ_STORE_EDEPENDENCY when a job

@@ -148,7 +148,8 @@ int tq_compute_mode_max_jobs(int mode, int max_jobs) {
     return max_jobs;
 }
 
-int tq_open_retry_delay_ms(int attempt) {
-    static const int delays[] = { 3000, 10000, 30000 };
-    return attempt >= 1 && attempt <= (int)(sizeof delays / sizeof delays[0]) ? delays[attempt - 1] : -1;
+int tq_busy_pause_ms(int streak) {
+    static const int pauses[] = { 3000, 10000, 30000, 60000 };
+    const int n = (int)(sizeof pauses / sizeof pauses[0]);
+    return streak < 1 ? 0 : pauses[streak < n ? streak - 1 : n - 1];
 }

@@ -52,11 +52,14 @@ int tq_compute_mode_parse(const char *name);
  * process: a second one's cudaSetDevice would fail), 0 when prohibited (the GPU is not used). */
 int tq_compute_mode_max_jobs(int mode, int max_jobs);
 
-/* How long a worker waits before it tries again to open a GPU the daemon placed its job on and
- * found busy (tq_cuda_open_busy: another process took the memory, or holds the GPU in an
- * exclusive mode, since the placement): the wait before try `attempt` + 1 in ms, or -1 to give
- * up (the job then fails as device_unavailable). 3 s, 10 s, 30 s: 43 s in all. */
-int tq_open_retry_delay_ms(int attempt);
+/* A GPU the daemon placed a job on and the worker found busy when it opened it
+ * (tq_cuda_open_busy: another process took the memory, or holds the GPU in an exclusive mode,
+ * since the placement): the job goes back to the queue and the daemon places nothing more on
+ * that device for a pause, longer each time in a row it is found busy — 3 s, 10 s, 30 s, then
+ * 60 s — in ms for the `streak`-th busy report (≥ 1). A job turned away TQ_BUSY_MAX_TRIES times
+ * in a row fails as device_unavailable (about 5 minutes of pauses). */
+#define TQ_BUSY_MAX_TRIES 8
+int tq_busy_pause_ms(int streak);
 
 /* The host's MemAvailable (/proc/meminfo) in bytes, -1 unknown: what the CPU budget defaults
  * from and GET /v1/devices shows. Reads a file; thread-safe. */

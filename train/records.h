@@ -47,6 +47,8 @@ typedef struct {
     char cuda_graphs[16];    /* off | captured | uncaptured | capture_failed | not_cuda (asked for on the CPU) */
     char error_code[32];     /* "" when none */
     char error_message[512];
+    int device_busy;         /* 1: failed because the device the daemon placed it on was busy
+                              * (tq_run_opts.placed): the worker puts it back in the queue */
 } tq_summary;
 
 typedef struct {

@@ -14,6 +14,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #define AUG_PAD 4
 
@@ -313,6 +314,15 @@ unsigned tq_tf32_backend_flags(tq_tf32 t) {
 /* The backend a spec asks for (device.h). "auto": the first GPU when one works, else the CPU
  * (the reason goes to stderr); "cuda" / "cuda:N": that GPU or a device_unavailable failure with
  * the reason; "cpu": the CPU. dev receives "cpu" or "cuda:N": the device the job really runs on. */
+/* TQ_TEST_DEVICE_BUSY=<path> (the tests' way to make a placed device busy on any machine):
+ * while that file exists, a job the daemon placed fails to open its device as a busy GPU does */
+static int test_busy(const tq_spec *sp, char *err, size_t el) {
+    const char *f = getenv("TQ_TEST_DEVICE_BUSY");
+    if (!f || !f[0] || access(f, F_OK)) return 0;
+    snprintf(err, el, "placed on %s, but the device is busy (TQ_TEST_DEVICE_BUSY: %.200s exists)", sp->device, f);
+    return 1;
+}
+
 static int open_backend(const tq_spec *sp, int placed, tq_backend **out, char *dev, size_t dl, char *code,
                         size_t cl, char *err, size_t el) {
     char why[256] = "";
@@ -334,9 +344,12 @@ static int open_backend(const tq_spec *sp, int placed, tq_backend **out, char *d
         }
         if (want.kind != TQ_DEV_AUTO) {
             snprintf(code, cl, "%s", tq_error_name(TQ_ERR_DEVICE_UNAVAILABLE));
-            if (placed)   /* the scheduler's choice, free when it placed the job: taken since? */
-                snprintf(err, el, "placed on %s, but %s (another process may have taken the GPU since the "
-                         "placement; POST /v1/jobs/{id}/requeue runs the job again)", sp->device, why);
+            if (placed && tq_cuda_open_busy())   /* free at the placement: taken since (the daemon requeues it) */
+                snprintf(err, el, "placed on %s, but %s: another process took the GPU since the placement",
+                         sp->device, why);
+            else if (placed)   /* the scheduler's choice, but not usable now */
+                snprintf(err, el, "placed on %s, but %s (POST /v1/jobs/{id}/requeue runs the job again)",
+                         sp->device, why);
             else
                 snprintf(err, el, "device \"%s\" requested, but %s; use \"device\": \"auto\" or \"cpu\"", sp->device, why);
             return TQ_EDEVICE;
@@ -805,35 +818,20 @@ int tq_train(const tq_spec *sp, const tq_run_opts *o, tq_summary *sum) {
     }
     if (load_data(sp, &ds, code, sizeof code, err, sizeof err)) { fail_as(sum, code, err); return TQ_EDATA; }
     r.sp = sp; r.ds = &ds;
-    /* a GPU the daemon placed the job on and found busy (taken since the placement): a few
-     * tries with waits between them (tq_open_retry_delay_ms), a stop or cancel heeded while
-     * waiting; anything else fails at once */
-    const double t_open = tq_mono_ms();
-    for (int attempt = 1;; attempt++) {
-        if (!open_backend(sp, o->placed, &r.be, sum->device, sizeof sum->device, code, sizeof code, err, sizeof err))
-            break;
-        int delay = o->placed && tq_cuda_open_busy() ? tq_open_retry_delay_ms(attempt) : -1;
-        if (delay < 0) {
-            if (attempt > 1) {   /* say how long it waited */
-                size_t l = strlen(err);
-                snprintf(err + l, sizeof err - l, " (tried %d times over %.0f s)", attempt,
-                         (tq_mono_ms() - t_open) / 1000.0);
-            }
-            fail_as(sum, code, err); tq_dataset_free(&ds); return TQ_EDEVICE;
-        }
-        fprintf(stderr, "trainq: %s; trying again in %d s\n", err, delay / 1000);
-        int stop = 0;
-        for (double until = tq_mono_ms() + delay; !stop && tq_mono_ms() < until;) {
-            struct timespec ts = { 0, 100 * 1000 * 1000 };
-            nanosleep(&ts, NULL);
-            if (o->cb.should_stop) stop = o->cb.should_stop(o->cb.ctx);
-        }
-        if (stop) {   /* as a stop before the first step: nothing trained, nothing lost */
-            snprintf(sum->state, sizeof sum->state, stop == 2 ? "interrupted" : "cancelled");
-            sum->wall_s = (tq_mono_ms() - t_start) / 1000.0;
-            tq_dataset_free(&ds);
-            return 0;
-        }
+    /* a device the daemon placed the job on and found busy (taken since the placement): the
+     * summary says so, and the worker hands the job back to the queue, which waits before it
+     * places anything there again (daemon/serve.c; tq_busy_pause_ms) */
+    if (o->placed && test_busy(sp, err, sizeof err)) {
+        fail(sum, TQ_ERR_DEVICE_UNAVAILABLE, err);
+        sum->device_busy = 1;
+        tq_dataset_free(&ds);
+        return TQ_EDEVICE;
+    }
+    if (open_backend(sp, o->placed, &r.be, sum->device, sizeof sum->device, code, sizeof code, err, sizeof err)) {
+        fail_as(sum, code, err);
+        sum->device_busy = o->placed && tq_cuda_open_busy();
+        tq_dataset_free(&ds);
+        return TQ_EDEVICE;
     }
     /* TF32 and graphs as this job runs them: tf32 is the CUDA backend's (the CPU's f32 is
      * exact); the step on the device runs for cuda_graphs on a CUDA device (captured) or with

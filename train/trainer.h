@@ -25,7 +25,8 @@ typedef struct {
                               * (up to 3, at most half) are left out, a table goes to stderr */
     int placed;              /* 1: the daemon placed the job on spec->device (trainq worker): a
                               * device that cannot be opened is reported as the placement's, with
-                              * the requeue that retries it, not as the spec's choice */
+                              * the requeue that retries it, not as the spec's choice, and one
+                              * found busy sets the summary's device_busy */
 } tq_run_opts;
 
 int tq_train(const tq_spec *spec, const tq_run_opts *opts, tq_summary *sum);

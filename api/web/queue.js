@@ -19,6 +19,7 @@ export function waitingText(j) {
     case "storage": return `the database: ${w.message || "cannot be written"}`;
     case "dependency": return `job${(w.after || []).length > 1 ? "s" : ""} ${(w.after || []).map(i => "#" + i).join(", ")} to succeed (after)`;
     case "user_limit": return "its owner runs their maximum of jobs";
+    case "device_busy": return `${w.device} is busy${w.message ? ": " + w.message : ""}`;
     default: return w.reason + (w.device ? ` (${w.device})` : "") + (w.message ? `: ${w.message}` : "");
   }
 }

@@ -306,3 +306,64 @@ def test_recompute_auto_is_settled_at_submission(make_daemon, tmp_path):
     plans = [plan_bytes(tmp_path, syn("resnet20", batch=8, steps=3, **kw))
              for kw in ({"device": "auto"}, {"device": "cpu"}, {"device": "cpu", "recompute": True})]
     assert plans[0] == plans[1] > plans[2], plans
+
+
+def test_a_busy_device_sends_the_job_back_to_the_queue(make_daemon, tmp_path):
+    """A worker that finds the device it was placed on busy (another process took it since the
+    placement; TQ_TEST_DEVICE_BUSY stands in for that process here) ends at once: the job goes
+    back to the queue without the start counting, waits with reason device_busy while nothing is
+    placed on that device for a pause, and runs once the device is free."""
+    busy = tmp_path / "busy"
+    busy.write_text("")
+    d = make_daemon(env={"TQ_TEST_DEVICE_BUSY": str(busy)})
+    jid = d.submit(syn(model="mlp", steps=5, name="turned-away"))["id"]
+
+    def waits_busy():
+        j = d.job(jid)
+        w = j.get("waiting_for")
+        return j if j["state"] == "queued" and w and w["reason"] == "device_busy" else None
+    j = wait_until(waits_busy, 60, "the job to wait for the busy cpu")
+    w = j["waiting_for"]
+    assert w["device"] == "cpu"
+    assert "placed on cpu, but the device is busy" in w["message"], w
+    assert "nothing is placed there for" in w["message"], w
+    assert j["attempts"] == 0 and j["started_at"] is None, j
+    ev = [json.loads(e["data"]) for e in d.query(
+        "select data from events where job_id = ? and type = 'state' order by id", (jid,))]
+    turned = [e for e in ev if "device_busy" in e]
+    assert turned and turned[0]["state"] == "queued" and turned[0]["device_busy"]["device"] == "cpu", ev
+    assert "TQ_TEST_DEVICE_BUSY" in turned[0]["device_busy"]["message"]
+    # the client shows why
+    r = subprocess.run([str(TRAINQ), "show", str(jid), "--server", "http://127.0.0.1:%d" % d.port],
+                       stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE, text=True, timeout=30)
+    assert r.returncode == 0, r.stderr
+    assert "busy" in r.stdout, r.stdout
+
+    busy.unlink()
+    j = wait_until(lambda: d.job(jid)["state"] == "succeeded" and d.job(jid), 90,
+                   "the job to run once the device is free")
+    assert j["attempts"] == 1 and j["waiting_for"] is None, j
+
+
+def test_a_device_that_stays_busy_fails_the_job_after_its_tries(make_daemon, tmp_path):
+    """Turned away TQ_BUSY_MAX_TRIES (8) times in a row, the job fails as device_unavailable,
+    saying how often and why; the jobs behind it on other devices were never held up. The pauses
+    are cut to 100 ms (TQ_TEST_BUSY_PAUSE_MS) to get there in seconds."""
+    busy = tmp_path / "busy"
+    busy.write_text("")
+    d = make_daemon(env={"TQ_TEST_DEVICE_BUSY": str(busy), "TQ_TEST_BUSY_PAUSE_MS": "100"})
+    jid = d.submit(syn(model="mlp", steps=5, name="never-free"))["id"]
+    j = wait_until(lambda: d.job(jid)["state"] == "failed" and d.job(jid), 120, "the job to give up")
+    assert j["error"]["code"] == "device_unavailable", j
+    msg = j["error"]["message"]
+    assert "turned the job away 8 times in a row" in msg and "TQ_TEST_DEVICE_BUSY" in msg, msg
+    assert "/requeue" in msg
+    n_busy = d.query("select count(*) as n from events where job_id = ? and type = 'state' and "
+                     "json_extract(data, '$.device_busy') is not null", (jid,))[0]["n"]
+    assert n_busy == 7, n_busy      # the eighth ends it
+    # requeued by its owner once the device is free, it runs
+    busy.unlink()
+    r = d.request("POST", "/v1/jobs/%d/requeue" % jid)
+    assert r.status == 200, r
+    wait_until(lambda: d.job(jid)["state"] == "succeeded", 90, "the requeued job to run")

@@ -348,6 +348,29 @@ static void test_bad_input(void **st) {
         assert_string_equal(sum.error_code, "device_unavailable");
         if (strncmp(sum.error_message, "placed on cuda:0, but ", 22) || !strstr(sum.error_message, "/requeue"))
             fail_msg("message: %s", sum.error_message);
+        assert_int_equal(sum.device_busy, 0);   /* missing, not busy: the job's failure */
+        /* a placed device found busy (TQ_TEST_DEVICE_BUSY stands in for another process): the
+         * summary says so, for the worker to hand the job back; unplaced, the hook is ignored */
+        char busy[600];
+        snprintf(busy, sizeof busy, "%s/busy", d);
+        FILE *bf = fopen(busy, "w");
+        assert_non_null(bf);
+        fclose(bf);
+        setenv("TQ_TEST_DEVICE_BUSY", busy, 1);
+        spec_from(&sp, "{\"model\":\"cnn\",\"steps\":1,\"device\":\"cpu\"," SYN_DATA "}");
+        assert_int_not_equal(tq_train(&sp, &o, &sum), 0);
+        assert_int_equal(sum.device_busy, 1);
+        assert_string_equal(sum.error_code, "device_unavailable");
+        if (!strstr(sum.error_message, "placed on cpu, but the device is busy")) fail_msg("message: %s", sum.error_message);
+        o.placed = 0;
+        assert_int_equal(tq_train(&sp, &o, &sum), 0);
+        assert_int_equal(sum.device_busy, 0);
+        assert_string_equal(sum.state, "succeeded");
+        o.placed = 1;
+        remove(busy);   /* gone: the placed job trains */
+        assert_int_equal(tq_train(&sp, &o, &sum), 0);
+        assert_string_equal(sum.state, "succeeded");
+        unsetenv("TQ_TEST_DEVICE_BUSY");
     }
     free(r); free(d); free(d2);
 }

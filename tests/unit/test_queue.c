@@ -316,6 +316,56 @@ static void test_interruptions(void **state) {
     assert_int_equal(claim(f->s), 0);                /* neither went back to the queue */
 }
 
+/* A start its device turned away (busy: another process took it since the placement) is no
+ * start: any number of them leave attempts and interruptions as they were and the job queued;
+ * one that never trained has no started_at either; the state event says which device and why;
+ * a cancel asked for meanwhile ends it cancelled; only a running job can be turned away. */
+static void test_requeue_busy(void **state) {
+    fx *f = *state;
+    int64_t a = submit(f->s, 0, NULL);
+    for (int k = 0; k < 5; k++) {                    /* more than max_attempts (3) */
+        assert_int_equal(claim(f->s), a);
+        attempts_are(f->s, a, "running", 1, 0);
+        assert_int_equal(tq_queue_requeue_busy(f->s, a, "cuda:0", "placed on cuda:0, but out of memory"), TQ_STORE_OK);
+        attempts_are(f->s, a, "queued", 0, 0);
+    }
+    tq_job j;
+    assert_int_equal(tq_queue_get(f->s, a, &j), 1);
+    assert_int_equal(j.started_at, 0);               /* it never ran */
+    tq_job_free(&j);
+    tq_event *ev;
+    int n;
+    assert_int_equal(tq_queue_events(f->s, a, 0, 100, &ev, &n), TQ_STORE_OK);
+    assert_int_equal(n, 11);                         /* queued, then 5 × (running, queued) */
+    assert_non_null(strstr(ev[n - 1].data, "\"state\":\"queued\""));
+    assert_non_null(strstr(ev[n - 1].data, "\"device_busy\":{\"device\":\"cuda:0\",\"message\":\"placed on cuda:0, but out of memory\"}"));
+    assert_null(strstr(ev[n - 2].data, "device_busy"));
+    tq_events_free(ev, n);
+    /* one that trained before (interrupted, then turned away): keeps its first start and counts */
+    assert_int_equal(claim(f->s), a);
+    add_steps(f->s, a, 1, 5);
+    assert_int_equal(tq_queue_requeue(f->s, a), TQ_STORE_OK);
+    assert_int_equal(tq_queue_get(f->s, a, &j), 1);
+    int64_t first = j.started_at;
+    tq_job_free(&j);
+    assert_true(first > 0);
+    assert_int_equal(claim(f->s), a);
+    assert_int_equal(tq_queue_requeue_busy(f->s, a, "cuda:1", "busy"), TQ_STORE_OK);
+    attempts_are(f->s, a, "queued", 0, 1);
+    assert_int_equal(tq_queue_get(f->s, a, &j), 1);
+    assert_int_equal(j.started_at, first);
+    tq_job_free(&j);
+    /* not running: a conflict, nothing changed */
+    assert_int_equal(tq_queue_requeue_busy(f->s, a, "cuda:0", "busy"), TQ_STORE_ECONFLICT);
+    assert_int_equal(tq_queue_requeue_busy(f->s, 999, "cuda:0", "busy"), TQ_STORE_ENOJOB);
+    /* a cancel pending: cancelled, not queued */
+    assert_int_equal(claim(f->s), a);
+    assert_int_equal(tq_queue_cancel(f->s, a, NULL), TQ_STORE_OK);
+    assert_int_equal(tq_queue_requeue_busy(f->s, a, "cuda:0", "busy"), TQ_STORE_OK);
+    state_is(f->s, a, "cancelled");
+    assert_int_equal(claim(f->s), 0);
+}
+
 static void test_recover(void **state) {
     fx *f = *state;
     int64_t a = submit(f->s, 0, NULL), b = submit(f->s, 0, NULL), c = submit(f->s, 0, NULL);
@@ -743,6 +793,7 @@ int main(void) {
         cmocka_unit_test(test_upgrade_from_version_1),
         cmocka_unit_test_setup_teardown(test_placement_reads_and_claims, setup, teardown),
         cmocka_unit_test_setup_teardown(test_interruptions, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_requeue_busy, setup, teardown),
         cmocka_unit_test_setup_teardown(test_claim_order, setup, teardown),
         cmocka_unit_test_setup_teardown(test_atomic_claim, setup, teardown),
         cmocka_unit_test_setup_teardown(test_idempotent_submit, setup, teardown),

@@ -1,6 +1,6 @@
 /* test_sched.c — daemon/sched.c and train/device.c without processes: fit, no fit, several
  * devices, the GPU reserve and driver-free bytes, max jobs, backfill and its window, jobs that
- * can never fit, the CPU core split, jobs waiting for their dependencies; and the device resolver's parsing and --devices sets. */
+ * can never fit, the CPU core split, jobs waiting for their dependencies, busy devices; and the device resolver's parsing and --devices sets. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -230,13 +230,55 @@ static void test_compute_mode_policy(void **st) {
     assert_string_equal(tq_compute_mode_name(-1), "unknown");
     assert_int_equal(tq_compute_mode_parse("unknown"), -1);
     assert_int_equal(tq_compute_mode_parse(NULL), -1);
-    /* a placed GPU found busy at the worker's start: three more tries, 43 s in all, then give up */
-    int total = 0, tries = 1;
-    for (int a = 1; tq_open_retry_delay_ms(a) >= 0; a++) { total += tq_open_retry_delay_ms(a); tries++; }
-    assert_int_equal(tries, 4);
-    assert_int_equal(total, 43000);
-    assert_int_equal(tq_open_retry_delay_ms(0), -1);
-    assert_true(tq_open_retry_delay_ms(1) < tq_open_retry_delay_ms(2) && tq_open_retry_delay_ms(2) < tq_open_retry_delay_ms(3));
+}
+
+/* A device found busy (a worker's open failed: another process took it since the placement; or
+ * an exclusive-mode GPU another process holds) takes nothing while it is: a job that fits only
+ * there waits with TQ_WAIT_BUSY, one that may go elsewhere does, and jobs behind are not held
+ * up. The pauses grow with each busy report in a row, to a minute, and give up after a few
+ * minutes in all. */
+static void test_busy_device(void **st) {
+    (void)st;
+    tq_sched_dev d[3] = { dev("cuda:0", 1000 * MB, 0, 0, 4), dev("cuda:1", 1000 * MB, 0, 0, 4),
+                          dev("cpu", 1000 * MB, 0, 0, 2) };
+    d[0].busy = 1;
+    tq_sched_job q[4] = { job(1, "cuda:0", 100 * MB, 0), job(2, "cuda", 100 * MB, 0), job(3, "auto", 100 * MB, 0),
+                          job(4, "cuda:0", 100 * MB, 9999) };   /* 4: past the backfill window */
+    tq_sched_out o[4];
+    assert_int_equal(tq_sched_place(d, 3, q, 4, &POL, o), 2);
+    assert_int_equal(o[0].wait, TQ_WAIT_BUSY);
+    assert_int_equal(o[0].dev, 0);
+    assert_int_equal(o[0].needs, 200 * MB);
+    assert_string_equal(tq_wait_name(o[0].wait), "device_busy");
+    assert_int_equal(o[1].wait, TQ_WAIT_NONE);      /* any GPU: the free one */
+    assert_int_equal(o[1].dev, 1);
+    assert_int_equal(o[2].wait, TQ_WAIT_NONE);      /* auto: the free GPU still beats the CPU */
+    assert_int_equal(o[2].dev, 1);
+    assert_int_equal(o[3].wait, TQ_WAIT_BUSY);
+    assert_int_equal(d[0].held_by, -1);             /* a busy device is held for no one */
+    assert_int_equal(d[0].njobs, 0);
+    /* the busy device was only one of those it fits: memory wins as the reason elsewhere */
+    tq_sched_dev e[1] = { dev("cuda:0", 1000 * MB, 950 * MB, 1, 4) };
+    e[0].busy = 1;
+    tq_sched_job q2[1] = { job(5, "cuda:0", 100 * MB, 0) };
+    assert_int_equal(tq_sched_place(e, 1, q2, 1, &POL, o), 0);
+    assert_int_equal(o[0].wait, TQ_WAIT_MEMORY);
+    /* and once it is not busy, the job goes there */
+    d[0] = dev("cuda:0", 1000 * MB, 0, 0, 4);
+    assert_int_equal(tq_sched_place(d, 1, q, 1, &POL, o), 1);
+    assert_int_equal(o[0].dev, 0);
+
+    /* the pauses: 3 s, 10 s, 30 s, then a minute; TQ_BUSY_MAX_TRIES tries take minutes, not
+     * hours, and more than the old in-worker retries' 43 s */
+    assert_int_equal(tq_busy_pause_ms(0), 0);
+    assert_int_equal(tq_busy_pause_ms(1), 3000);
+    assert_int_equal(tq_busy_pause_ms(2), 10000);
+    assert_int_equal(tq_busy_pause_ms(3), 30000);
+    assert_int_equal(tq_busy_pause_ms(4), 60000);
+    assert_int_equal(tq_busy_pause_ms(100), 60000);
+    long total = 0;
+    for (int k = 1; k < TQ_BUSY_MAX_TRIES; k++) total += tq_busy_pause_ms(k);
+    assert_true(total > 43000 && total <= 10 * 60000);
 }
 
 static void test_device_resolver(void **st) {
@@ -312,6 +354,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_per_user_cap),
         cmocka_unit_test(test_compute_mode_policy),
+        cmocka_unit_test(test_busy_device),
         cmocka_unit_test(test_fit_and_no_fit),
         cmocka_unit_test(test_spec_threads_kept),
         cmocka_unit_test(test_several_devices_spread_and_prefer_gpu),
