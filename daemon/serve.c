@@ -874,10 +874,10 @@ static void refresh_gpus(supervisor *s) {
         for (int i = 0; i < s->nw; i++) if (s->w[i].dev == d) pids[np++] = s->w[i].pid;
         /* an exclusive-mode GPU none of our workers uses, where the driver lists a process:
          * that process holds it, and a worker's cudaSetDevice would fail */
-        if (np == 0 && (s->cm[d] == TQ_CM_EXCLUSIVE_PROCESS || s->cm[d] == TQ_CM_EXCLUSIVE_THREAD)) {
+        if (tq_exclusive_held(s->cm[d], np, 1)) {   /* worth asking the driver */
             pid_t first = 0;
             int n = tq_gpumem_processes(s->pci[d], &first);
-            if (n > 0) {
+            if (tq_exclusive_held(s->cm[d], np, n)) {
                 s->busy[d].held = 1;
                 snprintf(s->busy[d].held_why, sizeof s->busy[d].held_why, "%s is in compute mode %s and %d other "
                          "process%s (pid %d as the driver counts) use%s it", v->id, tq_compute_mode_name(s->cm[d]),

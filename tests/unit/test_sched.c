@@ -276,6 +276,14 @@ static void test_busy_device(void **st) {
     assert_int_equal(tq_busy_pause_ms(3), 30000);
     assert_int_equal(tq_busy_pause_ms(4), 60000);
     assert_int_equal(tq_busy_pause_ms(100), 60000);
+    /* an exclusive-mode GPU another process uses, and none of our workers: held */
+    assert_true(tq_exclusive_held(TQ_CM_EXCLUSIVE_PROCESS, 0, 1));
+    assert_true(tq_exclusive_held(TQ_CM_EXCLUSIVE_THREAD, 0, 2));
+    assert_false(tq_exclusive_held(TQ_CM_EXCLUSIVE_PROCESS, 1, 1));   /* our worker's own context */
+    assert_false(tq_exclusive_held(TQ_CM_EXCLUSIVE_PROCESS, 0, 0));
+    assert_false(tq_exclusive_held(TQ_CM_EXCLUSIVE_PROCESS, 0, -1));  /* the driver cannot say */
+    assert_false(tq_exclusive_held(TQ_CM_DEFAULT, 0, 3));             /* shared: memory decides */
+    assert_false(tq_exclusive_held(-1, 0, 3));
     long total = 0;
     for (int k = 1; k < TQ_BUSY_MAX_TRIES; k++) total += tq_busy_pause_ms(k);
     assert_true(total > 43000 && total <= 10 * 60000);
