@@ -88,16 +88,3 @@ int tq_gpumem_read(const char *pci_bus_id, long long *total, long long *used, lo
     }
     return 0;
 }
-
-int tq_gpumem_processes(const char *pci_bus_id, pid_t *first) {
-    if (first) *first = 0;
-    if (!nv.lib || !nv.procs || !pci_bus_id || !pci_bus_id[0]) return -1;
-    nvml_dev d;
-    if (nv.by_pci(pci_bus_id, &d) != 0) return -1;
-    nvml_process p[64];
-    unsigned int cnt = 64;
-    if (nv.procs(d, &cnt, p) != 0) return -1;
-    if (cnt > 64) cnt = 64;
-    if (first && cnt > 0) *first = (pid_t)p[0].pid;
-    return (int)cnt;
-}

@@ -20,9 +20,4 @@ void tq_gpumem_shutdown(void);
  * 0 ok, -1 unknown. */
 int tq_gpumem_read(const char *pci_bus_id, long long *total, long long *used, long long *free_bytes,
                    const pid_t *pids, int npids, long long *pids_used);
-/* The compute processes NVML lists on that GPU now: their count (at most 64 are read) and the
- * first one's pid in *first (0 none); -1 unknown (no NVML, no such GPU, the call refused). What
- * the supervisor asks of an exclusive-mode GPU none of its workers uses: a process there holds
- * it (counts, not pids: NVML's pids are the host's, which a container's are not). */
-int tq_gpumem_processes(const char *pci_bus_id, pid_t *first);
 #endif

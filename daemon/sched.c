@@ -96,6 +96,7 @@ int tq_sched_place(tq_sched_dev *devs, int ndev, const tq_sched_job *q, int nq,
             d->planned += need;
             if (d->driver_free >= 0) d->driver_free = d->driver_free > need ? d->driver_free - need : 0;
             d->njobs++;
+            if (d->probe) { d->probe = 0; d->busy = 1; }   /* the one job that tries it */
             if (!tq_dev_is_gpu(d->id)) {
                 int t = j->threads > 0 ? j->threads : d->cores / (d->njobs > 0 ? d->njobs : 1);
                 o->threads = t > 0 ? t : 1;
@@ -141,8 +142,8 @@ int tq_sched_place(tq_sched_dev *devs, int ndev, const tq_sched_job *q, int nq,
         o->free = room_of(&devs[o->dev]);
         /* past the backfill window: hold the device it suits best, unless one is already held
          * for a job ahead (that one goes first; this one holds when it becomes the oldest) */
-        if (o->wait != TQ_WAIT_BUSY && pol->backfill_window_s >= 0 && j->waited_s > pol->backfill_window_s &&
-            devs[want].held_by < 0)
+        if (pol->backfill_window_s >= 0 && j->waited_s > pol->backfill_window_s && devs[want].held_by < 0 &&
+            !devs[want].busy)
             devs[want].held_by = i;
     }
     return placed;

@@ -27,8 +27,9 @@
  *   unless it could never fit anywhere (TQ_WAIT_NEVER, as for any job). Its backfill clock starts
  *   when it becomes eligible (the caller's waited_s).
  * - A device marked busy (the supervisor's pause after a worker found it taken by another
- *   process, or an exclusive-mode GPU another process holds) takes nothing: a job that would
- *   fit there and fits nowhere else waits (TQ_WAIT_BUSY), holding nothing there either.
+ *   process) takes nothing: a job that would fit there and fits nowhere else waits
+ *   (TQ_WAIT_BUSY); past the backfill window it holds the device it suits best only if that one
+ *   is not busy. A device on probe takes one job, then counts as busy.
  * - CPU jobs split the cores: a CPU job without its own `threads` gets the cores divided by the
  *   number of CPU jobs running once it starts (at least 1). */
 #ifndef TQ_SCHED_H
@@ -45,8 +46,10 @@ typedef struct {
     long long driver_free;      /* GPU: free bytes as the driver reports them now; < 0 unknown */
     int njobs, max_jobs;
     int cores;                  /* CPU: cores to share; 0 for a GPU */
-    int busy;                   /* 1: found busy (a worker could not open it, or another process
-                                 * holds it in an exclusive mode): nothing is placed here now */
+    int busy;                   /* 1: found busy (a worker could not open it: another process
+                                 * holds it): nothing is placed here now */
+    int probe;                  /* 1: busy before, its pause over: one job may try it, then it is
+                                 * busy again until that job shows the device works */
     int held_by;                /* out: index into the queue of the job this device is held for, -1 */
 } tq_sched_dev;
 

@@ -134,6 +134,11 @@ static double mono_ms(void) {
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
 }
+static int64_t unix_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
 static void sleep_ms(int ms) {
     struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000L };
     nanosleep(&ts, NULL);   /* a signal cuts it short: fine */
@@ -531,21 +536,22 @@ typedef struct {
     char why[400];           /* the storage problem, for waiting_for */
 } outcome_t;
 
-/* A device found busy: a worker could not open it (another process took it since the
- * placement), or it is a GPU in an exclusive compute mode that another process holds. Nothing is
- * placed there while it is (sched.h, TQ_WAIT_BUSY). */
+/* A device a worker found busy: it could not open it (another process took it since the
+ * placement). Nothing is placed there during a pause (sched.h, TQ_WAIT_BUSY); after it, one job
+ * (the probe) tries it, and nothing else goes there until that job records a step (the device
+ * works: the streak is over) or its worker ends (busy again: a longer pause). */
 typedef struct {
     double until_ms;         /* paused until then (tq_busy_pause_ms after the streak-th report) */
     double last_ms;          /* the last busy report; a streak older than BUSY_FORGET_MS is over */
-    int streak;              /* busy reports in a row */
+    int streak;              /* busy reports in a row, 0: not busy */
     char why[240];           /* the last worker's words */
-    int held;                /* exclusive mode, and the driver lists a process there: none of ours */
-    char held_why[160];
+    int64_t probe;           /* the job trying it after the pause (0 none) */
+    int64_t probe_since;     /* when that job was placed (unix ms, as step records' times) */
 } busy_t;
 #define BUSY_FORGET_MS (10 * 60 * 1000.0)
 
 /* a job busy devices turned away, in a row (TQ_BUSY_MAX_TRIES fails it); forgotten on any
- * other end of its worker */
+ * other end of its worker, and once it is neither queued nor running (turned_prune) */
 typedef struct {
     int64_t job;
     int tries;
@@ -567,7 +573,6 @@ typedef struct {
     int nvml;                /* GPU memory can be re-read */
     outcome_t *pend;         /* outcomes waiting for the database */
     int npend, cappend;
-    int cm[TQ_LEDGER_MAX_DEVICES];   /* a GPU's compute mode (device.h), -1 unknown */
     busy_t busy[TQ_LEDGER_MAX_DEVICES];
     turned_t turned[MAX_TURNED];     /* jobs a busy device turned away, in a row */
     int nturned;
@@ -777,7 +782,8 @@ static void device_busy(supervisor *s, int64_t id, int dev, int report, int stop
                 (long long)id, why, (b->until_ms - now) / 1000.0);
     }
     turned_t *t = turned_of(s, id);
-    if (++t->tries >= TQ_BUSY_MAX_TRIES) {
+    /* a cancel asked for meanwhile: the requeue ends it cancelled */
+    if (++t->tries >= TQ_BUSY_MAX_TRIES && tq_queue_cancel_requested(s->st, id) != 1) {
         char msg[600];
         snprintf(msg, sizeof msg, "a busy device turned the job away %d times in a row, over %.0f s (another process "
                  "holds it; POST /v1/jobs/%lld/requeue runs the job again); the last time: %.300s", t->tries,
@@ -800,9 +806,10 @@ static void finalise(supervisor *s, int64_t id, int dev, int ws, int stopping, i
     memset(&o, 0, sizeof o);
     o.job = id;
     int code = WIFEXITED(ws) ? WEXITSTATUS(ws) : -1;
-    if (code != TQ_WORKER_DEVICE_BUSY) {   /* it got past opening its device (or never will) */
-        turned_forget(s, id);
-        if (dev >= 0 && dev < s->ndev) s->busy[dev].streak = 0;
+    if (code != TQ_WORKER_DEVICE_BUSY) turned_forget(s, id);   /* it got past opening its device, or never will */
+    if (dev >= 0 && dev < s->ndev && s->busy[dev].probe == id) {   /* the device's probe ended */
+        s->busy[dev].probe = 0;
+        if (code == TQ_WORKER_SUCCEEDED) s->busy[dev].streak = 0;   /* it ran there: not busy now */
     }
     if (code == TQ_WORKER_UNRECORDED && report >= 0 && read_report(report, &o)) {
         outcome_settle(s, &o);
@@ -863,27 +870,45 @@ static void reconcile(supervisor *s) {
     tq_jobs_free(jobs, n);
 }
 
+/* Each busy device's probe (the one job trying it after its pause): once it has recorded a step
+ * there, the device works and its streak is over. */
+static void busy_probes(supervisor *s) {
+    for (int d = 0; d < s->ndev; d++) {
+        busy_t *b = &s->busy[d];
+        if (!b->probe) continue;
+        tq_job j;
+        if (tq_queue_get(s->st, b->probe, &j) != 1) continue;   /* its worker's end clears it */
+        if (j.has_latest && j.latest.time_ms >= b->probe_since) {
+            fprintf(stderr, "trainq serve: %s: job %lld trains there: no longer busy\n", s->devs[d].id,
+                    (long long)b->probe);
+            b->probe = 0;
+            b->streak = 0;
+        }
+        tq_job_free(&j);
+    }
+}
+
+/* Forgets the busy streaks of jobs that are neither queued (q) nor running here: cancelled,
+ * deleted, failed, or given up on. */
+static void turned_prune(supervisor *s, const tq_queued *q, int nq) {
+    for (int i = 0; i < s->nturned;) {
+        int64_t id = s->turned[i].job;
+        int live = pending_for(s, id);
+        for (int k = 0; k < nq && !live; k++) live = q[k].id == id;
+        for (int k = 0; k < s->nw && !live; k++) live = s->w[k].job == id;
+        if (live) i++;
+        else s->turned[i] = s->turned[--s->nturned];
+    }
+}
+
 static void refresh_gpus(supervisor *s) {
     for (int d = 0; d < s->ndev; d++) {
         tq_ledger_dev *v = &s->devs[d];
         v->driver_used = v->driver_free = v->driver_room = -1;
-        s->busy[d].held = 0;
         if (!v->gpu || !s->nvml) continue;
         pid_t pids[MAX_WORKERS];
         int np = 0;
         for (int i = 0; i < s->nw; i++) if (s->w[i].dev == d) pids[np++] = s->w[i].pid;
-        /* an exclusive-mode GPU none of our workers uses, where the driver lists a process:
-         * that process holds it, and a worker's cudaSetDevice would fail */
-        if (tq_exclusive_held(s->cm[d], np, 1)) {   /* worth asking the driver */
-            pid_t first = 0;
-            int n = tq_gpumem_processes(s->pci[d], &first);
-            if (tq_exclusive_held(s->cm[d], np, n)) {
-                s->busy[d].held = 1;
-                snprintf(s->busy[d].held_why, sizeof s->busy[d].held_why, "%s is in compute mode %s and %d other "
-                         "process%s (pid %d as the driver counts) use%s it", v->id, tq_compute_mode_name(s->cm[d]),
-                         n, n == 1 ? "" : "es", (int)first, n == 1 ? "s" : "");
-            }
-        }
         long long total, used, fr, ours;
         if (tq_gpumem_read(s->pci[d], &total, &used, &fr, pids, np, &ours)) continue;
         v->driver_used = used;
@@ -955,6 +980,8 @@ static int place_round(supervisor *s) {
         return -1;
     }
     refresh_gpus(s);
+    busy_probes(s);
+    turned_prune(s, q, nq);
     tq_sched_dev sd[TQ_LEDGER_MAX_DEVICES];
     tq_ledger_dev view[TQ_LEDGER_MAX_DEVICES];
     ledger_view(s, view);
@@ -968,8 +995,9 @@ static int place_round(supervisor *s) {
         sd[d].max_jobs = view[d].max_jobs;
         sd[d].cores = view[d].cores;
         busy_t *b = &s->busy[d];
-        if (b->streak && mono_ms() - b->last_ms > BUSY_FORGET_MS) b->streak = 0;
-        sd[d].busy = b->held || mono_ms() < b->until_ms;
+        if (b->streak && !b->probe && mono_ms() - b->last_ms > BUSY_FORGET_MS) b->streak = 0;
+        sd[d].busy = b->streak > 0 && (mono_ms() < b->until_ms || b->probe);
+        sd[d].probe = b->streak > 0 && !sd[d].busy;   /* one job may try it */
     }
     tq_sched_job *jobs = nq ? calloc((size_t)nq, sizeof *jobs) : NULL;
     tq_sched_out *out = nq ? calloc((size_t)nq, sizeof *out) : NULL;
@@ -1056,6 +1084,10 @@ static int place_round(supervisor *s) {
             snprintf(s->w[s->nw].log, sizeof s->w[s->nw].log, "%s", logpath);
             s->nw++;
             started++;
+            if (s->busy[o->dev].streak > 0 && !s->busy[o->dev].probe) {
+                s->busy[o->dev].probe = id;   /* the one job trying the device after its pause */
+                s->busy[o->dev].probe_since = unix_ms();
+            }
             fprintf(stderr, "trainq serve: job %lld: started worker %d on %s (plans %.1f MiB of %.1f MiB room%s)\n",
                     (long long)id, (int)pid, dev, o->needs / 1048576.0, o->free / 1048576.0,
                     gpu ? "" : (o->threads == 1 ? ", 1 thread" : ", threads shared"));
@@ -1085,8 +1117,9 @@ static int place_round(supervisor *s) {
         w->behind = o->behind;
         if (o->wait == TQ_WAIT_BUSY) {   /* why, and for how long when it is a pause */
             const busy_t *b = &s->busy[o->dev];
-            if (b->held) snprintf(w->message, sizeof w->message, "%s", b->held_why);
-            else snprintf(w->message, sizeof w->message, "%s; nothing is placed there for %.0f s more", b->why,
+            if (b->probe) snprintf(w->message, sizeof w->message, "%.220s; job %lld is trying it again", b->why,
+                                   (long long)b->probe);
+            else snprintf(w->message, sizeof w->message, "%.220s; nothing is placed there for %.0f s more", b->why,
                           (b->until_ms - mono_ms()) / 1000.0 + 0.5);
         }
         if (o->wait == TQ_WAIT_DEPENDENCY) {
@@ -1246,7 +1279,6 @@ int tq_cmd_serve(int argc, char **argv) {
                 v->budget = v->total_bytes - pc.reserve_bytes;
                 /* each job is a worker process: a GPU in an exclusive compute mode takes one */
                 v->max_jobs = tq_compute_mode_max_jobs(g ? g->compute_mode : -1, pc.max_jobs_gpu);
-                sup.cm[d] = g ? g->compute_mode : -1;
                 if (g && v->max_jobs < pc.max_jobs_gpu)
                     fprintf(stderr, "trainq serve: %s is in compute mode %s (nvidia-smi -c): one job at a time on it\n",
                             v->id, tq_compute_mode_name(g->compute_mode));

@@ -183,7 +183,8 @@ static const tq_opt worker_opts[] = {
     { "--device", NULL, "cpu|cuda:N", "where the daemon placed it (default the job's device, else cpu)", 0 },
     { "--threads", NULL, "N", "CPU threads when the job's spec sets none (its share of the cores)", 0 },
     { "--mem-limit", NULL, "BYTES", "the most the allocator hands out (the job's planned share)", 0 },
-    { "--report-fd", NULL, "FD", "where to send the outcome when the database takes no writes", 0 },
+    { "--report-fd", NULL, "FD", "where to send the outcome when the database takes no writes, or why "
+      "its device was busy", 0 },
     { NULL, NULL, NULL, NULL, 0 }
 };
 const tq_cmd_doc tq_doc_worker = {
@@ -192,7 +193,8 @@ const tq_cmd_doc tq_doc_worker = {
     "  steps, evals and outcome to the database and its files to jobs/ID/ beside it.\n",
     worker_opts,
     "exit: 0 succeeded, 1 failed, 2 bad usage or the job is not running, 3 cancelled, 4 outcome\n"
-    "not recorded (sent to --report-fd), 75 stopped by SIGTERM after a checkpoint (to requeue)\n",
+    "not recorded (sent to --report-fd), 5 its device was busy (to requeue, the device paused;\n"
+    "why on --report-fd), 75 stopped by SIGTERM after a checkpoint (to requeue)\n",
     0
 };
 

@@ -153,7 +153,3 @@ int tq_busy_pause_ms(int streak) {
     const int n = (int)(sizeof pauses / sizeof pauses[0]);
     return streak < 1 ? 0 : pauses[streak < n ? streak - 1 : n - 1];
 }
-
-int tq_exclusive_held(int mode, int our_workers, int nprocs) {
-    return (mode == TQ_CM_EXCLUSIVE_PROCESS || mode == TQ_CM_EXCLUSIVE_THREAD) && our_workers == 0 && nprocs > 0;
-}

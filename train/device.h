@@ -59,11 +59,6 @@ int tq_compute_mode_max_jobs(int mode, int max_jobs);
  * 60 s — in ms for the `streak`-th busy report (≥ 1). A job turned away TQ_BUSY_MAX_TRIES times
  * in a row fails as device_unavailable (about 5 minutes of pauses). */
 #define TQ_BUSY_MAX_TRIES 8
-
-/* 1 when a GPU in `mode` is held by another process: an exclusive mode, none of our workers
- * there, and the driver lists `nprocs` > 0 compute processes on it (-1: unknown, 0). Counts,
- * not pids: NVML's pids are the host's, which a container's are not. */
-int tq_exclusive_held(int mode, int our_workers, int nprocs);
 int tq_busy_pause_ms(int streak);
 
 /* The host's MemAvailable (/proc/meminfo) in bytes, -1 unknown: what the CPU budget defaults

@@ -311,9 +311,6 @@ unsigned tq_tf32_backend_flags(tq_tf32 t) {
     return 0;
 }
 
-/* The backend a spec asks for (device.h). "auto": the first GPU when one works, else the CPU
- * (the reason goes to stderr); "cuda" / "cuda:N": that GPU or a device_unavailable failure with
- * the reason; "cpu": the CPU. dev receives "cpu" or "cuda:N": the device the job really runs on. */
 /* TQ_TEST_DEVICE_BUSY=<path> (the tests' way to make a placed device busy on any machine):
  * while that file exists, a job the daemon placed fails to open its device as a busy GPU does */
 static int test_busy(const tq_spec *sp, char *err, size_t el) {
@@ -323,6 +320,9 @@ static int test_busy(const tq_spec *sp, char *err, size_t el) {
     return 1;
 }
 
+/* The backend a spec asks for (device.h). "auto": the first GPU when one works, else the CPU
+ * (the reason goes to stderr); "cuda" / "cuda:N": that GPU or a device_unavailable failure with
+ * the reason; "cpu": the CPU. dev receives "cpu" or "cuda:N": the device the job really runs on. */
 static int open_backend(const tq_spec *sp, int placed, tq_backend **out, char *dev, size_t dl, char *code,
                         size_t cl, char *err, size_t el) {
     char why[256] = "";
@@ -816,23 +816,25 @@ int tq_train(const tq_spec *sp, const tq_run_opts *o, tq_summary *sum) {
         fail(sum, TQ_ERR_INVALID_SPEC, "batch_size \"auto\" was not resolved to a micro-batch before training");
         return TQ_EINVAL;
     }
-    if (load_data(sp, &ds, code, sizeof code, err, sizeof err)) { fail_as(sum, code, err); return TQ_EDATA; }
-    r.sp = sp; r.ds = &ds;
-    /* a device the daemon placed the job on and found busy (taken since the placement): the
-     * summary says so, and the worker hands the job back to the queue, which waits before it
-     * places anything there again (daemon/serve.c; tq_busy_pause_ms) */
+    /* the device first: a placed one found busy (taken since the placement) turns the job back
+     * before its data is read — the summary says so, and the worker hands the job back to the
+     * queue, which pauses that device (daemon/serve.c; tq_busy_pause_ms) */
     if (o->placed && test_busy(sp, err, sizeof err)) {
         fail(sum, TQ_ERR_DEVICE_UNAVAILABLE, err);
         sum->device_busy = 1;
-        tq_dataset_free(&ds);
         return TQ_EDEVICE;
     }
     if (open_backend(sp, o->placed, &r.be, sum->device, sizeof sum->device, code, sizeof code, err, sizeof err)) {
         fail_as(sum, code, err);
         sum->device_busy = o->placed && tq_cuda_open_busy();
-        tq_dataset_free(&ds);
         return TQ_EDEVICE;
     }
+    if (load_data(sp, &ds, code, sizeof code, err, sizeof err)) {
+        fail_as(sum, code, err);
+        tq_backend_free(r.be);
+        return TQ_EDATA;
+    }
+    r.sp = sp; r.ds = &ds;
     /* TF32 and graphs as this job runs them: tf32 is the CUDA backend's (the CPU's f32 is
      * exact); the step on the device runs for cuda_graphs on a CUDA device (captured) or with
      * TQ_DEVICE_STEP=1 (uncaptured, any backend: the tests' way to check that loop), or

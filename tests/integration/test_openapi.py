@@ -359,3 +359,30 @@ def test_streams_of_a_live_job(served):
               ("EvalList", d.get("/v1/jobs/%d/evals" % jid)), ("DeviceList", d.get("/v1/devices")),
               ("UserList", d.get("/v1/users")), ("Health", d.get("/healthz")),
               ("Compare", d.get("/v1/compare?ids=1,%d" % jid))])
+
+
+def test_a_busy_device_in_the_document(tmp_path):
+    """A job a busy device turned away (TQ_TEST_DEVICE_BUSY stands in for the other process): its
+    waiting_for while it waits, and its events stream with the device_busy state event, against
+    the document."""
+    busy = tmp_path / "busy"
+    busy.write_text("")
+    d = Daemon(tmp_path / "state", env={"TQ_TEST_DEVICE_BUSY": str(busy)})
+    d.start()
+    try:
+        jid = d.submit(dict(TINY, steps=3))["id"]
+
+        def waits():
+            j = d.job(jid)
+            w = j.get("waiting_for") or {}
+            return j if w.get("reason") == "device_busy" else None
+        j = wait_until(waits, 60, "the job to wait for the busy device")
+        busy.unlink()
+        wait_until(lambda: d.job(jid)["state"] == "succeeded", 90, "the job to run")
+        ev = d.request("GET", "/v1/jobs/%d/events" % jid, timeout=60)
+        states = [x for e, x in sse_events(ev.body.decode()) if e == "state"]
+        turned = [x for x in states if "device_busy" in x]
+        assert turned and turned[0]["state"] == "queued" and turned[0]["device_busy"]["device"] == "cpu", states
+        validate([("Job", j), ("Job", d.job(jid))] + [("StateEvent", x) for x in states])
+    finally:
+        d.stop()

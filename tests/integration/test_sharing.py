@@ -348,7 +348,7 @@ def test_a_busy_device_sends_the_job_back_to_the_queue(make_daemon, tmp_path):
 
 def test_a_device_that_stays_busy_fails_the_job_after_its_tries(make_daemon, tmp_path):
     """Turned away TQ_BUSY_MAX_TRIES (8) times in a row, the job fails as device_unavailable,
-    saying how often and why; the jobs behind it on other devices were never held up. The pauses
+    saying how often and why, and its owner's requeue runs it once the device is free. The pauses
     are cut to 100 ms (TQ_TEST_BUSY_PAUSE_MS) to get there in seconds."""
     busy = tmp_path / "busy"
     busy.write_text("")
@@ -367,3 +367,62 @@ def test_a_device_that_stays_busy_fails_the_job_after_its_tries(make_daemon, tmp
     r = d.request("POST", "/v1/jobs/%d/requeue" % jid)
     assert r.status == 200, r
     wait_until(lambda: d.job(jid)["state"] == "succeeded", 90, "the requeued job to run")
+
+
+def test_after_a_pause_one_job_tries_the_busy_device(make_daemon, tmp_path):
+    """Two jobs both turned away by the busy device: after the pause one of them tries it, and
+    the other waits ("is trying it again") until that one has recorded a step there; then it
+    starts beside it."""
+    busy = tmp_path / "busy"
+    busy.write_text("")
+    d = make_daemon(env={"TQ_TEST_DEVICE_BUSY": str(busy), "TQ_TEST_BUSY_PAUSE_MS": "1500"},
+                    args=["--max-jobs-per-device", "2"])
+    ids = [d.submit(syn(steps=400, seed=i, name="probe-%d" % i))["id"] for i in range(2)]
+    wait_until(lambda: all((d.job(i).get("waiting_for") or {}).get("reason") == "device_busy" for i in ids),
+               60, "both jobs to wait for the busy cpu")
+    busy.unlink()
+    seen = []
+
+    def probing():
+        js = [d.job(i) for i in ids]
+        for j in js:
+            w = j.get("waiting_for") or {}
+            if j["state"] == "queued" and "is trying it again" in w.get("message", ""):
+                seen.append((j["id"], w["message"]))
+        return all(j["state"] in ("running", "succeeded") for j in js)
+    wait_until(probing, 90, "both jobs to start", interval=0.02)
+    assert seen, "no job waited for the probe"
+    waiting = seen[0][0]
+    prober = ids[1] if waiting == ids[0] else ids[0]
+    assert "job %d is trying it again" % prober in seen[0][1], seen[0]
+    # the second started only once the first had recorded a step there
+    first_step = d.query("select min(time) as t from steps where job_id = ?", (prober,))[0]["t"]
+    started = d.query("select max(time) as t from events where job_id = ? and type = 'state' and "
+                      "json_extract(data, '$.state') = 'running'", (waiting,))[0]["t"]
+    assert first_step is not None and started >= first_step, (first_step, started)
+    for i in ids:
+        d.request("POST", "/v1/jobs/%d/cancel" % i)
+
+
+def test_a_cancelled_busy_job_starts_its_count_again(make_daemon, tmp_path):
+    """A job cancelled while busy devices turn it away, then requeued by its owner, gets its full
+    TQ_BUSY_MAX_TRIES again: the count of the cancelled run is forgotten."""
+    busy = tmp_path / "busy"
+    busy.write_text("")
+    d = make_daemon(env={"TQ_TEST_DEVICE_BUSY": str(busy), "TQ_TEST_BUSY_PAUSE_MS": "150"})
+    jid = d.submit(syn(model="mlp", steps=5, name="cancel-while-busy"))["id"]
+
+    def turned():
+        return d.query("select count(*) as n from events where job_id = ? and type = 'state' and "
+                       "json_extract(data, '$.device_busy') is not null", (jid,))[0]["n"]
+    wait_until(lambda: turned() >= 4, 60, "four busy turn-aways")
+    r = d.request("POST", "/v1/jobs/%d/cancel" % jid)
+    assert r.status == 200, r
+    d.wait_state(jid, ["cancelled"], timeout=30)
+    before = turned()
+    time.sleep(0.5)                    # a round or two: the count is pruned
+    r = d.request("POST", "/v1/jobs/%d/requeue" % jid)
+    assert r.status == 200, r
+    j = wait_until(lambda: d.job(jid)["state"] == "failed" and d.job(jid), 120, "the job to give up")
+    assert "8 times in a row" in j["error"]["message"], j["error"]
+    assert turned() - before == 7, (before, turned())   # 7 requeues, the 8th fails it

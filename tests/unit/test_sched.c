@@ -263,10 +263,29 @@ static void test_busy_device(void **st) {
     tq_sched_job q2[1] = { job(5, "cuda:0", 100 * MB, 0) };
     assert_int_equal(tq_sched_place(e, 1, q2, 1, &POL, o), 0);
     assert_int_equal(o[0].wait, TQ_WAIT_MEMORY);
-    /* and once it is not busy, the job goes there */
+    /* its pause over, it is on probe: one job tries it, the others wait as for a busy device */
     d[0] = dev("cuda:0", 1000 * MB, 0, 0, 4);
-    assert_int_equal(tq_sched_place(d, 1, q, 1, &POL, o), 1);
+    d[0].probe = 1;
+    tq_sched_job q3[3] = { job(6, "cuda:0", 100 * MB, 0), job(7, "cuda:0", 100 * MB, 0), job(8, "cuda:0", 100 * MB, 0) };
+    assert_int_equal(tq_sched_place(d, 1, q3, 3, &POL, o), 1);
+    assert_int_equal(o[0].wait, TQ_WAIT_NONE);
+    assert_int_equal(o[1].wait, TQ_WAIT_BUSY);
+    assert_int_equal(o[2].wait, TQ_WAIT_BUSY);
+    assert_int_equal(d[0].njobs, 1);
+    /* not busy: they all go there */
+    d[0] = dev("cuda:0", 1000 * MB, 0, 0, 4);
+    assert_int_equal(tq_sched_place(d, 1, q3, 3, &POL, o), 3);
+    /* a job waiting on a busy device past the backfill window holds the device it suits best
+     * when that one is not busy: here the larger GPU, full now */
+    tq_sched_dev g[2] = { dev("cuda:0", 1000 * MB, 0, 0, 4), dev("cuda:1", 2000 * MB, 1700 * MB, 1, 4) };
+    g[0].busy = 1;
+    tq_sched_job q4[2] = { job(9, "cuda", 300 * MB, 9999), job(10, "cuda:1", 10 * MB, 0) };
+    assert_int_equal(tq_sched_place(g, 2, q4, 2, &POL, o), 0);
+    assert_int_equal(o[0].wait, TQ_WAIT_BUSY);
     assert_int_equal(o[0].dev, 0);
+    assert_int_equal(g[1].held_by, 0);
+    assert_int_equal(o[1].wait, TQ_WAIT_PRIORITY);   /* it would fit in cuda:1's 300 MB, but that is held */
+    assert_int_equal(o[1].behind, 9);
 
     /* the pauses: 3 s, 10 s, 30 s, then a minute; TQ_BUSY_MAX_TRIES tries take minutes, not
      * hours, and more than the old in-worker retries' 43 s */
@@ -276,14 +295,6 @@ static void test_busy_device(void **st) {
     assert_int_equal(tq_busy_pause_ms(3), 30000);
     assert_int_equal(tq_busy_pause_ms(4), 60000);
     assert_int_equal(tq_busy_pause_ms(100), 60000);
-    /* an exclusive-mode GPU another process uses, and none of our workers: held */
-    assert_true(tq_exclusive_held(TQ_CM_EXCLUSIVE_PROCESS, 0, 1));
-    assert_true(tq_exclusive_held(TQ_CM_EXCLUSIVE_THREAD, 0, 2));
-    assert_false(tq_exclusive_held(TQ_CM_EXCLUSIVE_PROCESS, 1, 1));   /* our worker's own context */
-    assert_false(tq_exclusive_held(TQ_CM_EXCLUSIVE_PROCESS, 0, 0));
-    assert_false(tq_exclusive_held(TQ_CM_EXCLUSIVE_PROCESS, 0, -1));  /* the driver cannot say */
-    assert_false(tq_exclusive_held(TQ_CM_DEFAULT, 0, 3));             /* shared: memory decides */
-    assert_false(tq_exclusive_held(-1, 0, 3));
     long total = 0;
     for (int k = 1; k < TQ_BUSY_MAX_TRIES; k++) total += tq_busy_pause_ms(k);
     assert_true(total > 43000 && total <= 10 * 60000);

@@ -37,16 +37,13 @@ int nvmlDeviceGetComputeRunningProcesses_v2(stub_handle d, unsigned int *count, 
     static const unsigned int pids[3] = { 111, 222, 333 };
     static const unsigned long long used[3] = { 1ULL << 30, 2ULL << 30, 4ULL << 30 };
     if (d != &the_gpu) return 2;
-    const char *np = getenv("STUB_NVML_NPROCS");
-    unsigned int n = np ? (unsigned)atoi(np) : 3;
-    if (n > 3) n = 3;
-    if (*count < n) { *count = n; return 7; }   /* NVML_ERROR_INSUFFICIENT_SIZE */
+    if (*count < 3) { *count = 3; return 7; }   /* NVML_ERROR_INSUFFICIENT_SIZE */
     const char *na = getenv("STUB_NVML_NA_PID");
-    for (unsigned int i = 0; i < n; i++) {
+    for (int i = 0; i < 3; i++) {
         p[i].pid = pids[i];
         p[i].used = na && (unsigned)atoi(na) == pids[i] ? ~0ULL : used[i];
         p[i].gi = p[i].ci = 0xFFFFFFFFu;
     }
-    *count = n;
+    *count = 3;
     return 0;
 }
