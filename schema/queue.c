@@ -38,15 +38,17 @@ enum {
     "cancel_requested = 0, device = " D ", finished_at = NULL, start_step = " LAST_STEP
 /* the job's last recorded step (0 none), inside an UPDATE of jobs */
 #define LAST_STEP "coalesce((SELECT max(step) FROM steps WHERE job_id = jobs.id), 0)"
-/* An interruption (the daemon stopped or died under a running job): back to the queue — or
- * to 'cancelled' when a cancel was pending, which the restart must not forget — counted in
- * interruptions; the start counts against max_attempts only when it made no progress (no step
+/* BACK_TO_QUEUE_SET: a running job back to the queue — or to 'cancelled' when a cancel was
+ * pending, which a restart or a requeue must not forget. An interruption (the daemon stopped or
+ * died under a running job, INTERRUPT_SET) is that, counted in interruptions; the start counts against max_attempts only when it made no progress (no step
  * recorded beyond the one it started from). ?2: now (ms). */
-#define INTERRUPT_SET                                                                          \
+#define BACK_TO_QUEUE_SET                                                                      \
     "state = CASE WHEN cancel_requested THEN 'cancelled' ELSE 'queued' END, "                  \
     "finished_at = CASE WHEN cancel_requested THEN ?2 ELSE NULL END, "                          \
     "summary = CASE WHEN cancel_requested THEN json_object('state', 'cancelled', 'steps', "     \
-    LAST_STEP ") ELSE summary END, "                                                           \
+    LAST_STEP ") ELSE summary END, "
+#define INTERRUPT_SET                                                                          \
+    BACK_TO_QUEUE_SET                                                                          \
     "interruptions = interruptions + 1, "                                                      \
     "attempts = CASE WHEN " LAST_STEP " > start_step AND attempts > 0 THEN attempts - 1 "      \
     "ELSE attempts END "
@@ -840,11 +842,7 @@ int tq_queue_requeue_busy(tq_store *s, int64_t id, const char *device, const cha
     /* the start is given back; a job that never trained (no step, never interrupted) has not
      * started either: its started_at goes, or the owner's fair share would count the wait */
     if (tq__stmt(s, Q_BUSY_JOB,
-                 "UPDATE jobs SET state = CASE WHEN cancel_requested THEN 'cancelled' ELSE 'queued' END, "
-                 "finished_at = CASE WHEN cancel_requested THEN ?2 ELSE NULL END, "
-                 "summary = CASE WHEN cancel_requested THEN json_object('state', 'cancelled', 'steps', "
-                 LAST_STEP ") ELSE summary END, "
-                 "attempts = max(attempts - 1, 0), "
+                 "UPDATE jobs SET " BACK_TO_QUEUE_SET "attempts = max(attempts - 1, 0), "
                  "started_at = CASE WHEN interruptions = 0 AND " LAST_STEP " = 0 THEN NULL ELSE started_at END "
                  "WHERE id = ?1 AND state = 'running'", &st))
         goto fail;
