@@ -23,6 +23,7 @@ static struct {
     int (*memory)(nvml_dev, nvml_memory *);
     int (*procs)(nvml_dev, unsigned int *, nvml_process *);
     const char *(*errstr)(int);   /* nvmlErrorString: a status in words (optional) */
+    int (*mig)(nvml_dev, unsigned int *, unsigned int *);   /* nvmlDeviceGetMigMode (optional) */
 } nv;
 
 int tq_gpumem_init(char *why, size_t n) {
@@ -35,6 +36,7 @@ int tq_gpumem_init(char *why, size_t n) {
     nv.memory = (int (*)(nvml_dev, nvml_memory *))dlsym(lib, "nvmlDeviceGetMemoryInfo");
     nv.procs = (int (*)(nvml_dev, unsigned int *, nvml_process *))dlsym(lib, "nvmlDeviceGetComputeRunningProcesses_v2");
     nv.errstr = (const char *(*)(int))dlsym(lib, "nvmlErrorString");
+    nv.mig = (int (*)(nvml_dev, unsigned int *, unsigned int *))dlsym(lib, "nvmlDeviceGetMigMode");
     if (!nv.init || !nv.shutdown || !nv.by_pci || !nv.memory) {
         snprintf(why, n, "NVML lacks the entry points trainq reads");
         dlclose(lib);
@@ -67,7 +69,12 @@ int tq_gpumem_read(const char *pci_bus_id, long long *total, long long *used, lo
     if (!nv.lib || !pci_bus_id || !pci_bus_id[0]) return -1;
     nvml_dev d;
     nvml_memory m;
-    if (nv.by_pci(pci_bus_id, &d) != 0 || nv.memory(d, &m) != 0) return -1;
+    if (nv.by_pci(pci_bus_id, &d) != 0) return -1;
+    /* MIG on: CUDA's devices are its instances, which share the card's bus id; NVML's numbers
+     * by that id are the whole card's, not an instance's: unknown (the budget decides) */
+    unsigned int cur = 0, pending = 0;
+    if (nv.mig && nv.mig(d, &cur, &pending) == 0 && cur == 1 /* NVML_DEVICE_MIG_ENABLE */) return -1;
+    if (nv.memory(d, &m) != 0) return -1;
     *total = (long long)m.total;
     *used = (long long)m.used;
     *free_bytes = (long long)m.free;

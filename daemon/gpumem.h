@@ -17,7 +17,8 @@ void tq_gpumem_shutdown(void);
 
 /* The GPU NVML knows by PCI bus id (tq_api_gpu.pci_bus_id): total, used and free bytes now, and
  * the bytes the processes pids[0..npids) hold on it (summed; -1 when NVML cannot say).
- * 0 ok, -1 unknown. */
+ * 0 ok, -1 unknown — also for a GPU in MIG mode, whose numbers by bus id are the whole card's
+ * while each of CUDA's devices there is one instance. */
 int tq_gpumem_read(const char *pci_bus_id, long long *total, long long *used, long long *free_bytes,
                    const pid_t *pids, int npids, long long *pids_used);
 #endif

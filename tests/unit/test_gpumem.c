@@ -45,6 +45,12 @@ static void test_read(void **st) {
     assert_true(o == -1);
     assert_int_equal(tq_gpumem_read("00000000:3c:00.0", &t, &u, &f, ours, 2, &o), -1);   /* no such GPU */
     assert_int_equal(tq_gpumem_read("", &t, &u, &f, ours, 2, &o), -1);
+    /* MIG on: the card's numbers are not an instance's: unknown; off, or not supported: read */
+    setenv("STUB_NVML_MIG", "1", 1);
+    assert_int_equal(tq_gpumem_read("00000000:3b:00.0", &t, &u, &f, ours, 2, &o), -1);
+    setenv("STUB_NVML_MIG", "0", 1);
+    assert_int_equal(tq_gpumem_read("00000000:3b:00.0", &t, &u, &f, ours, 2, &o), 0);
+    unsetenv("STUB_NVML_MIG");
     tq_gpumem_shutdown();
     assert_int_equal(tq_gpumem_read("00000000:3b:00.0", &t, &u, &f, ours, 2, &o), -1);   /* unloaded */
 }

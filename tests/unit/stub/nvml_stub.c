@@ -1,10 +1,11 @@
-/* nvml_stub.c — a stand-in libnvidia-ml.so.1 for test_gpumem: the six entry points gpumem.c
+/* nvml_stub.c — a stand-in libnvidia-ml.so.1 for test_gpumem: the seven entry points gpumem.c
  * looks up, with NVML's C ABI (nvml.h 12.9: nvmlMemory_t {total, free, used} as three unsigned
  * long long; nvmlProcessInfo_v2_t {pid, usedGpuMemory, gpuInstanceId, computeInstanceId}, 24
  * bytes, usedGpuMemory at offset 8; statuses as ints, 0 success). One GPU, at bus id
  * 00000000:3B:00.0 (NVML takes either case); its numbers and the failures a test wants come
  * from the environment: STUB_NVML_INIT (nvmlInit_v2's status), STUB_NVML_NA_PID (a process whose
- * memory NVML "cannot report", NVML_VALUE_NOT_AVAILABLE). */
+ * memory NVML "cannot report", NVML_VALUE_NOT_AVAILABLE), STUB_NVML_MIG (nvmlDeviceGetMigMode's
+ * current mode, 1 enabled; unset: NVML_ERROR_NOT_SUPPORTED, as on a GPU without MIG). */
 #include <stdlib.h>
 #include <strings.h>
 
@@ -45,5 +46,12 @@ int nvmlDeviceGetComputeRunningProcesses_v2(stub_handle d, unsigned int *count, 
         p[i].gi = p[i].ci = 0xFFFFFFFFu;
     }
     *count = 3;
+    return 0;
+}
+int nvmlDeviceGetMigMode(stub_handle d, unsigned int *current, unsigned int *pending) {
+    if (d != &the_gpu) return 2;
+    const char *m = getenv("STUB_NVML_MIG");
+    if (!m) return 3;   /* NVML_ERROR_NOT_SUPPORTED */
+    *current = *pending = (unsigned)atoi(m);
     return 0;
 }
