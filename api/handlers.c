@@ -940,6 +940,8 @@ enum MHD_Result tq_h_devices(tq_ctx *c) {
         cJSON_AddNumberToObject(d, "free_planned_bytes", (double)(room > 0 ? room : 0));
         cJSON_AddNumberToObject(d, "max_jobs", v->max_jobs);
         cJSON_AddNumberToObject(d, "running_jobs", v->njobs);
+        if (v->busy[0]) cJSON_AddStringToObject(d, "busy", v->busy);
+        else cJSON_AddNullToObject(d, "busy");
         cJSON *js = cJSON_AddArrayToObject(d, "jobs");
         for (int k = 0; k < v->njobs && k < TQ_LEDGER_MAX_JOBS; k++) {
             cJSON *e = cJSON_CreateObject();

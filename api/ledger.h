@@ -34,6 +34,9 @@ typedef struct {
                                     * take (what placement may use); < 0 unknown */
     int max_jobs, cores;           /* cores: the CPU's to share; 0 on a GPU */
     long long planned;             /* sum of the running jobs' planned peaks */
+    char busy[300];                /* "" not busy; else why nothing is placed here now (a worker
+                                    * found it taken by another process: the pause, or the one
+                                    * job trying it again) */
     int njobs;
     tq_ledger_job jobs[TQ_LEDGER_MAX_JOBS];
 } tq_ledger_dev;

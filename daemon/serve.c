@@ -888,6 +888,18 @@ static void busy_probes(supervisor *s) {
     }
 }
 
+/* devs[d].busy: why nothing is placed on d now ("" when something may be) */
+static void busy_words(supervisor *s, int d) {
+    const busy_t *b = &s->busy[d];
+    char *out = s->devs[d].busy;
+    const size_t n = sizeof s->devs[d].busy;
+    if (!b->streak) out[0] = 0;
+    else if (b->probe) snprintf(out, n, "%.220s; job %lld is trying it again", b->why, (long long)b->probe);
+    else if (mono_ms() < b->until_ms)
+        snprintf(out, n, "%.220s; nothing is placed there for %.0f s more", b->why, (b->until_ms - mono_ms()) / 1000.0 + 0.5);
+    else out[0] = 0;   /* its pause is over: the next job placed there tries it */
+}
+
 /* Forgets the busy streaks of jobs that are neither queued (q) nor running here: cancelled,
  * deleted, failed, or given up on. */
 static void turned_prune(supervisor *s, const tq_queued *q, int nq) {
@@ -998,6 +1010,7 @@ static int place_round(supervisor *s) {
         if (b->streak && !b->probe && mono_ms() - b->last_ms > BUSY_FORGET_MS) b->streak = 0;
         sd[d].busy = b->streak > 0 && (mono_ms() < b->until_ms || b->probe);
         sd[d].probe = b->streak > 0 && !sd[d].busy;   /* one job may try it */
+        busy_words(s, d);
     }
     tq_sched_job *jobs = nq ? calloc((size_t)nq, sizeof *jobs) : NULL;
     tq_sched_out *out = nq ? calloc((size_t)nq, sizeof *out) : NULL;
@@ -1115,13 +1128,8 @@ static int place_round(supervisor *s) {
         w->needs = o->needs;
         w->free = o->free;
         w->behind = o->behind;
-        if (o->wait == TQ_WAIT_BUSY) {   /* why, and for how long when it is a pause */
-            const busy_t *b = &s->busy[o->dev];
-            if (b->probe) snprintf(w->message, sizeof w->message, "%.220s; job %lld is trying it again", b->why,
-                                   (long long)b->probe);
-            else snprintf(w->message, sizeof w->message, "%.220s; nothing is placed there for %.0f s more", b->why,
-                          (b->until_ms - mono_ms()) / 1000.0 + 0.5);
-        }
+        if (o->wait == TQ_WAIT_BUSY)   /* why, and for how long when it is a pause */
+            snprintf(w->message, sizeof w->message, "%s", s->devs[o->dev].busy);
         if (o->wait == TQ_WAIT_DEPENDENCY) {
             w->nafter = q[i].ndeps < 16 ? q[i].ndeps : 16;
             memcpy(w->after, q[i].deps, (size_t)w->nafter * sizeof w->after[0]);

@@ -99,6 +99,7 @@ export async function queuePage(main) {
           h("span", {}, `planned ${fmtBytes(d.planned_bytes)} of ${fmtBytes(d.budget_bytes)} budget · ` +
             `${fmtBytes(d.free_planned_bytes)} free · ${d.running_jobs}/${d.max_jobs} jobs` +
             (d.driver_used_bytes != null ? ` · driver: ${fmtBytes(d.driver_used_bytes)} used of ${fmtBytes(d.memory_total_bytes)}` : ""))),
+        d.busy ? h("p", { class: "note" }, "busy: " + d.busy) : null,
         jobs.length ? h("div", { class: "runlist" }, jobs) : h("p", { class: "muted" }, "idle"));
     });
     const orphans = running.filter((j) => !placed.has(j.id)).map((j) => runningRow(j, null));

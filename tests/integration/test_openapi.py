@@ -377,12 +377,14 @@ def test_a_busy_device_in_the_document(tmp_path):
             w = j.get("waiting_for") or {}
             return j if w.get("reason") == "device_busy" else None
         j = wait_until(waits, 60, "the job to wait for the busy device")
+        devs = d.get("/v1/devices")
         busy.unlink()
         wait_until(lambda: d.job(jid)["state"] == "succeeded", 90, "the job to run")
         ev = d.request("GET", "/v1/jobs/%d/events" % jid, timeout=60)
         states = [x for e, x in sse_events(ev.body.decode()) if e == "state"]
         turned = [x for x in states if "device_busy" in x]
         assert turned and turned[0]["state"] == "queued" and turned[0]["device_busy"]["device"] == "cpu", states
-        validate([("Job", j), ("Job", d.job(jid))] + [("StateEvent", x) for x in states])
+        validate([("Job", j), ("Job", d.job(jid)), ("DeviceList", devs), ("DeviceList", d.get("/v1/devices"))] +
+                 [("StateEvent", x) for x in states])
     finally:
         d.stop()

@@ -340,10 +340,17 @@ def test_a_busy_device_sends_the_job_back_to_the_queue(make_daemon, tmp_path):
     assert r.returncode == 0, r.stderr
     assert "busy" in r.stdout, r.stdout
 
+    # GET /v1/devices says the device is busy, and why
+    def cpu_busy():
+        return [x for x in d.get("/v1/devices")["devices"] if x["id"] == "cpu"][0]["busy"]
+    why = wait_until(cpu_busy, 30, "/v1/devices to show the cpu busy")
+    assert "found it busy" in why and ("nothing is placed there" in why or "is trying it again" in why), why
+
     busy.unlink()
     j = wait_until(lambda: d.job(jid)["state"] == "succeeded" and d.job(jid), 90,
                    "the job to run once the device is free")
     assert j["attempts"] == 1 and j["waiting_for"] is None, j
+    assert cpu_busy() is None
 
 
 def test_a_device_that_stays_busy_fails_the_job_after_its_tries(make_daemon, tmp_path):
