@@ -98,7 +98,13 @@ int tq_sched_place(tq_sched_dev *devs, int ndev, const tq_sched_job *q, int nq,
             d->njobs++;
             if (d->probe) { d->probe = 0; d->busy = 1; }   /* the one job that tries it */
             if (!tq_dev_is_gpu(d->id)) {
-                int t = j->threads > 0 ? j->threads : d->cores / (d->njobs > 0 ? d->njobs : 1);
+                /* each GPU job's worker keeps a core for its host thread (the kernel launches
+                 * its GPU waits on); the CPU jobs share the rest */
+                int gpu_jobs = 0;
+                for (int k = 0; k < ndev; k++) if (tq_dev_is_gpu(devs[k].id)) gpu_jobs += devs[k].njobs;
+                int cores = d->cores - gpu_jobs;
+                if (cores < 1) cores = 1;
+                int t = j->threads > 0 ? j->threads : cores / (d->njobs > 0 ? d->njobs : 1);
                 o->threads = t > 0 ? t : 1;
             }
             if (pol->max_per_user > 0 && pol->user_running && j->user >= 0) pol->user_running[j->user]++;

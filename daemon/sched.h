@@ -30,8 +30,9 @@
  *   process) takes nothing: a job that would fit there and fits nowhere else waits
  *   (TQ_WAIT_BUSY); past the backfill window it holds the device it suits best only if that one
  *   is not busy. A device on probe takes one job, then counts as busy.
- * - CPU jobs split the cores: a CPU job without its own `threads` gets the cores divided by the
- *   number of CPU jobs running once it starts (at least 1). */
+ * - CPU jobs split the cores: a CPU job without its own `threads` gets the cores, less one for
+ *   each GPU job running or placed before it (its worker's host thread issues the GPU's work),
+ *   divided by the number of CPU jobs running once it starts (at least 1). */
 #ifndef TQ_SCHED_H
 #define TQ_SCHED_H
 #include <stdint.h>

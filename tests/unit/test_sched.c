@@ -97,6 +97,13 @@ static void test_several_devices_spread_and_prefer_gpu(void **st) {
     assert_int_equal(o[4].wait, TQ_WAIT_SLOTS);   /* the CPU runs one job by default */
     assert_int_equal(d[0].planned, 400 * MB);     /* GPU needs include the context */
     assert_int_equal(o[2].threads, 0);
+    assert_int_equal(o[3].threads, 5);        /* 8 cores less one for each of the 3 GPU jobs */
+    /* GPU jobs already running keep their cores too, and a CPU job always gets one */
+    tq_sched_dev c[2] = { dev("cuda:0", 1000 * MB, 200 * MB, 2, 4), dev("cpu", 1000 * MB, 0, 0, 2) };
+    c[1].cores = 2;
+    tq_sched_job cq[1] = { job(6, "cpu", 10 * MB, 0) };
+    assert_int_equal(tq_sched_place(c, 2, cq, 1, &POL, o), 1);
+    assert_int_equal(o[0].threads, 1);
 
     /* auto goes to the CPU when no GPU has room; "cuda" waits for one */
     tq_sched_dev e[2] = { dev("cuda:0", 250 * MB, 0, 0, 4), dev("cpu", 1000 * MB, 0, 0, 1) };
