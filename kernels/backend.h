@@ -254,6 +254,9 @@ void tq_backend_free(tq_backend *);             /* any backend: calls i->destroy
 void tq_backend_seterr(tq_backend *, const char *fmt, ...);
 /* tests only: a definition returning 1 makes the CPU backend's next to_device fail */
 int tq_cpu_to_device_fails(void);
+/* tests only: a definition returning ≥ 0 makes the CPU backend's mem_info report that many
+ * bytes free, as a GPU's does */
+long long tq_cpu_device_free(void);
 
 /* The CUDA backend (kernels/cuda; kernels/nocuda.c in a build without nvcc).
  * tq_cuda_backend_new: device ordinal `device`; `benchmark` = cudnn_benchmark (time the best

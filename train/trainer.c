@@ -896,7 +896,16 @@ int tq_train(const tq_spec *sp, const tq_run_opts *o, tq_summary *sum) {
         snprintf(err, sizeof err, "the job needs %zu bytes (%.1f MiB: %zu for training + %zu for the dataset) but %s has %zu bytes (%.1f MiB) free of %zu",
                  plan.total + plan.data, (plan.total + plan.data) / 1048576.0, plan.total, plan.data, sum->device,
                  dev_free, dev_free / 1048576.0, dev_total);
-        fail(sum, TQ_ERR_OUT_OF_MEMORY, err); rc = TQ_ENOMEM; goto done;
+        fail(sum, TQ_ERR_OUT_OF_MEMORY, err); rc = TQ_ENOMEM;
+        /* placed there by the daemon, which saw room for the plan: another process took the
+         * memory since — the device is busy, and the job goes back to the queue (not its failure) */
+        if (o->placed) {
+            size_t l = strlen(sum->error_message);
+            snprintf(sum->error_message + l, sizeof sum->error_message - l,
+                     ": another process took memory since the placement");
+            sum->device_busy = 1;
+        }
+        goto done;
     }
     if ((rc = tq_engine_new(&r.e, r.be, g, sp->optimizer.type, momentum_buf(sp), err, sizeof err))) {
         fail(sum, rc == TQ_EDEVICE ? TQ_ERR_BACKEND_ERROR : TQ_ERR_OUT_OF_MEMORY, err); goto done;

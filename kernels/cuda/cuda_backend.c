@@ -518,6 +518,7 @@ tq_backend *tq_cuda_backend_open(const tq_cuda_opts *opts, char *why, size_t why
     cudnnHandle_t h;
     cudnnStatus_t st = cudnnCreate(&h);
     if (st != CUDNN_STATUS_SUCCESS) {
+        open_busy = st == CUDNN_STATUS_INTERNAL_ERROR_DEVICE_ALLOCATION_FAILED;   /* memory taken by others */
         snprintf(why, why_len, "cuDNN %zu cannot start on %s: %s", cudnnGetVersion(), c->name, cudnnGetErrorString(st));
         goto fail;
     }
@@ -530,7 +531,9 @@ tq_backend *tq_cuda_backend_open(const tq_cuda_opts *opts, char *why, size_t why
     cublasLtHandle_t lt;
     cublasStatus_t bs = cublasLtCreate(&lt);
     if (bs != CUBLAS_STATUS_SUCCESS) {
-        snprintf(why, why_len, "cuBLASLt cannot start on %s: status %d", c->name, (int)bs);
+        open_busy = bs == CUBLAS_STATUS_ALLOC_FAILED;   /* memory taken by others */
+        snprintf(why, why_len, "cuBLASLt cannot start on %s: status %d%s", c->name, (int)bs,
+                 open_busy ? " (CUBLAS_STATUS_ALLOC_FAILED: out of GPU memory)" : "");
         goto fail;
     }
     c->lt = lt;

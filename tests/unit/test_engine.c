@@ -308,6 +308,10 @@ static void expect_failure(const char *json, const char *code, const char *needl
     free(r);
 }
 
+/* the CPU backend's mem_info as a GPU's (backend.h): -1 none, else these bytes free */
+static long long g_device_free = -1;
+long long tq_cpu_device_free(void) { return g_device_free; }
+
 static void test_bad_input(void **st) {
     char *d = tmpdir();
     char js[2048], path[512];
@@ -371,6 +375,22 @@ static void test_bad_input(void **st) {
         assert_int_equal(tq_train(&sp, &o, &sum), 0);
         assert_string_equal(sum.state, "succeeded");
         unsetenv("TQ_TEST_DEVICE_BUSY");
+        /* its device has less free than its plan: placed there (the daemon saw room), another
+         * process took memory since — busy, back to the queue; unplaced, the job's failure */
+        g_device_free = 1024;
+        assert_int_not_equal(tq_train(&sp, &o, &sum), 0);
+        assert_string_equal(sum.error_code, "out_of_memory");
+        assert_int_equal(sum.device_busy, 1);
+        if (!strstr(sum.error_message, "another process took memory since the placement"))
+            fail_msg("message: %s", sum.error_message);
+        o.placed = 0;
+        assert_int_not_equal(tq_train(&sp, &o, &sum), 0);
+        assert_string_equal(sum.error_code, "out_of_memory");
+        assert_int_equal(sum.device_busy, 0);
+        g_device_free = 1LL << 40;   /* room: it trains */
+        assert_int_equal(tq_train(&sp, &o, &sum), 0);
+        assert_string_equal(sum.state, "succeeded");
+        g_device_free = -1;
     }
     free(r); free(d); free(d2);
 }
