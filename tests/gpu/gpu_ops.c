@@ -937,6 +937,45 @@ static void fetch_case(void) {
     case_end(&c);
 }
 
+/* A GPU whose memory is taken (here by this process: every block cudaMalloc still gives, down
+ * to 1 MiB): opening another backend there must fail as busy (tq_cuda_open_busy), the daemon's
+ * cue to put a job back in the queue rather than fail it; once the memory is back, the open
+ * works and is not busy. On a CPU device (--against cpu) the case says it is skipped. */
+static void busy_case(void) {
+    tcase c;
+    case_begin(&c, "open_busy", TQ_F32, "a second backend on cuda:0 with its memory taken, then given back");
+    tq_backend *dv = G.be[DEV];
+    if (!strcmp(dv->i->name, "cpu")) {
+        add_row(&c, "skipped", 0.0, 0.0, 1, 1, "a busy GPU needs a CUDA device");
+        case_end(&c);
+        return;
+    }
+    enum { MAXHOG = 8192 };
+    void **hog = xmalloc(MAXHOG * sizeof *hog);
+    int nh = 0;
+    size_t taken = 0;
+    for (size_t chunk = (size_t)1 << 30; chunk >= ((size_t)1 << 20) && nh < MAXHOG;) {
+        void *p = dv->i->alloc(dv, chunk);
+        if (p) { hog[nh++] = p; taken += chunk; }
+        else chunk /= 2;
+    }
+    dv->err[0] = 0;
+    char why[256] = "";
+    tq_backend *b2 = tq_cuda_backend_new(0, 0, 1, why, sizeof why);
+    int busy = tq_cuda_open_busy();
+    add_row(&c, "full", !b2 && busy ? 0.0 : INFINITY, 0.0, 1, !b2 && busy, "%.1f GiB taken in %d blocks: %s%s",
+            taken / 1073741824.0, nh, b2 ? "opened anyway" : why, !b2 && !busy ? " (failed, but not as busy)" : "");
+    if (b2) tq_backend_free(b2);
+    for (int i = 0; i < nh; i++) dv->i->free(dv, hog[i]);
+    free(hog);
+    why[0] = 0;
+    b2 = tq_cuda_backend_new(0, 0, 1, why, sizeof why);
+    int ok = b2 && !tq_cuda_open_busy();
+    add_row(&c, "given back", ok ? 0.0 : INFINITY, 0.0, 1, ok, "%s", b2 ? "opened" : why);
+    if (b2) tq_backend_free(b2);
+    case_end(&c);
+}
+
 /* the graph cases on a CPU device (--against cpu): the case says it is skipped and ends; 1 then */
 static int graphs_skipped(tcase *c, tq_backend *dv) {
     if (strcmp(dv->i->name, "cpu")) return 0;
@@ -1199,6 +1238,7 @@ static void run_all(void) {
     fetch_case();
     graph_opt_case();
     for (int d = 0; d < 3; d++) graph_conv_case(DTS[d]);
+    busy_case();
 }
 
 /* '|' would end a markdown table cell */
