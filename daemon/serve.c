@@ -628,8 +628,17 @@ static int outcome_apply(supervisor *s, outcome_t *o) {
              : o->requeue ? tq_queue_requeue(s->st, o->job)
              : tq_queue_finish(s->st, o->job, o->state, o->summary, o->code[0] ? o->code : NULL, o->msg);
     if (rc == 0) {
-        if (o->requeue) fprintf(stderr, "trainq serve: job %lld: back in the queue%s%s\n", (long long)o->job,
-                                o->requeue == 2 ? ", its device busy: " : "", o->requeue == 2 && o->msg ? o->msg : "");
+        if (o->requeue) {   /* back in the queue, or cancelled when a cancel was pending */
+            tq_job j;
+            int cancelled = 0;
+            if (tq_queue_get(s->st, o->job, &j) == 1) {
+                cancelled = !strcmp(j.state, "cancelled");
+                tq_job_free(&j);
+            }
+            fprintf(stderr, "trainq serve: job %lld: %s%s%s\n", (long long)o->job,
+                    cancelled ? "cancelled (asked for while it ran)" : "back in the queue",
+                    o->requeue == 2 ? ", its device busy: " : "", o->requeue == 2 && o->msg ? o->msg : "");
+        }
         else fprintf(stderr, "trainq serve: job %lld %s%s%s\n", (long long)o->job, o->state,
                      o->code[0] ? ": " : "", o->code[0] ? o->msg ? o->msg : o->code : "");
         return 0;
