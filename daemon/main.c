@@ -277,7 +277,7 @@ static int cmd_run(int argc, char **argv) {
     free(spec_json);
     signal(SIGINT, on_signal);
     signal(SIGTERM, on_signal);
-    tq_run_opts o = {out, resume, {&c, cb_step, cb_eval, cb_stop, NULL}, 0, profile, 0};
+    tq_run_opts o = {out, resume, {&c, cb_step, cb_eval, cb_stop, NULL}, 0, profile, 0, NULL, NULL};
     tq_summary sum;
     if (pick_code[0]) {   /* the auto batch could not be resolved: a failed job, as tq_train's */
         memset(&sum, 0, sizeof sum);

@@ -134,11 +134,6 @@ static double mono_ms(void) {
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
 }
-static int64_t unix_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 static void sleep_ms(int ms) {
     struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000L };
     nanosleep(&ts, NULL);   /* a signal cuts it short: fine */
@@ -462,9 +457,10 @@ static char **worker_env(int cpu) {
 }
 
 /* Starts the worker with its stdout/stderr on logfd (-1: the daemon's); *report receives the
- * read end of its report pipe (or -1). */
+ * read end of its report pipe (or -1). room_known: the placement saw the driver's free memory
+ * hold the plan (--room-known). */
 static pid_t spawn_worker(const char *db, int64_t id, const char *device, int threads, long long mem_limit,
-                          int cpu, int logfd, int *report) {
+                          int cpu, int room_known, int logfd, int *report) {
     char idbuf[32], thbuf[32], membuf[32];
     char **env = worker_env(cpu);
     int pfd[2] = { -1, -1 };
@@ -473,8 +469,12 @@ static pid_t spawn_worker(const char *db, int64_t id, const char *device, int th
     snprintf(idbuf, sizeof idbuf, "%lld", (long long)id);
     snprintf(thbuf, sizeof thbuf, "%d", threads);
     snprintf(membuf, sizeof membuf, "%lld", mem_limit > 0 ? mem_limit : 0);
-    char *args[] = { "trainq", "worker", "--db", (char *)db, "--job", idbuf, "--device", (char *)device,
-                     "--threads", thbuf, "--mem-limit", membuf, pfd[1] >= 0 ? "--report-fd" : NULL, "3", NULL };
+    char *args[16] = { "trainq", "worker", "--db", (char *)db, "--job", idbuf, "--device", (char *)device,
+                       "--threads", thbuf, "--mem-limit", membuf };
+    int na = 12;
+    if (room_known) args[na++] = "--room-known";
+    if (pfd[1] >= 0) { args[na++] = "--report-fd"; args[na++] = "3"; }
+    args[na] = NULL;
     pid_t parent = getpid();
     pid_t pid = fork();
     if (pid != 0) {   /* the daemon (or -1) */
@@ -518,7 +518,12 @@ typedef struct {
     int dev;                 /* index into sup.devs */
     long long bytes;         /* its planned peak there */
     int threads;
-    int report;              /* read end of its report pipe (TQ_WORKER_UNRECORDED), -1 none */
+    int report;              /* read end of its report pipe, -1 none: {"state":"ready"} once its
+                              * device holds the job, its outcome when the database took no
+                              * writes (TQ_WORKER_UNRECORDED) or why its device was busy */
+    char *rb;                /* what has been read from it so far (malloc'd; NULL none) */
+    size_t rbn;
+    int ready;               /* it said "ready" */
     char log[1200];          /* jobs/<id>/log: its stdout and stderr */
     char owner[64];          /* its owner ("" unknown): max_running_per_user counts these */
 } worker_t;
@@ -538,15 +543,15 @@ typedef struct {
 
 /* A device a worker found busy: it could not open it (another process took it since the
  * placement). Nothing is placed there during a pause (sched.h, TQ_WAIT_BUSY); after it, one job
- * (the probe) tries it, and nothing else goes there until that job records a step (the device
- * works: the streak is over) or its worker ends (busy again: a longer pause). */
+ * (the probe) tries it, and nothing else goes there until that job's worker says the device
+ * holds it ("ready": the device works, the streak is over) or ends (busy again: a longer
+ * pause). */
 typedef struct {
     double until_ms;         /* paused until then (tq_busy_pause_ms after the streak-th report) */
     double last_ms;          /* the last busy report; a streak older than BUSY_FORGET_MS is over */
     int streak;              /* busy reports in a row, 0: not busy */
     char why[240];           /* the last worker's words */
     int64_t probe;           /* the job trying it after the pause (0 none) */
-    int64_t probe_since;     /* when that job was placed (unix ms, as step records' times) */
 } busy_t;
 #define BUSY_FORGET_MS (10 * 60 * 1000.0)
 
@@ -695,19 +700,35 @@ static int pending_for(const supervisor *s, int64_t job) {
     return 0;
 }
 
-/* The worker's report line, when it sent one (TQ_WORKER_UNRECORDED): its outcome. 1 read. */
-static int read_report(int fd, outcome_t *o) {
-    char buf[65536];
-    size_t len = 0;
-    for (;;) {
-        ssize_t k = read(fd, buf + len, sizeof buf - 1 - len);
+/* Reads what the worker's report pipe holds now into w->rb (all of it, to its end, when `all`:
+ * the worker has exited), and notes its "ready" line. */
+#define REPORT_CAP (1 << 17)
+static void pull_report(worker_t *w, int all) {
+    while (w->report >= 0 && w->rbn < REPORT_CAP) {
+        struct pollfd p = { w->report, POLLIN, 0 };
+        if (!all && poll(&p, 1, 0) <= 0) break;
+        char buf[4096];
+        ssize_t k = read(w->report, buf, sizeof buf);
         if (k < 0 && errno == EINTR) continue;
         if (k <= 0) break;
-        len += (size_t)k;
-        if (len == sizeof buf - 1) break;
+        char *nb = realloc(w->rb, w->rbn + (size_t)k + 1);
+        if (!nb) break;
+        memcpy(nb + w->rbn, buf, (size_t)k);
+        w->rb = nb;
+        w->rbn += (size_t)k;
+        w->rb[w->rbn] = 0;
     }
-    buf[len] = 0;
-    cJSON *r = len ? cJSON_Parse(buf) : NULL;
+    if (!w->ready && w->rb && strstr(w->rb, "{\"state\":\"ready\"}\n")) w->ready = 1;
+}
+
+/* The worker's last report line, when it sent one (TQ_WORKER_UNRECORDED, TQ_WORKER_DEVICE_BUSY):
+ * its outcome, or why its device was busy. 1 read. */
+static int read_report(worker_t *w, outcome_t *o) {
+    pull_report(w, 1);
+    if (!w->rb) return 0;
+    while (w->rbn && (w->rb[w->rbn - 1] == '\n' || w->rb[w->rbn - 1] == 0)) w->rb[--w->rbn] = 0;
+    char *last = strrchr(w->rb, '\n');
+    cJSON *r = cJSON_Parse(last ? last + 1 : w->rb);
     if (!r) return 0;
     const char *state = cJSON_GetStringValue(cJSON_GetObjectItem(r, "state"));
     const char *sum = cJSON_GetStringValue(cJSON_GetObjectItem(r, "summary"));
@@ -767,14 +788,16 @@ static int busy_pause_ms(int streak) {
  * report pipe): the device pauses (tq_busy_pause_ms, longer with each report in a row) and
  * the job goes back to the queue without the start counting — or fails as device_unavailable
  * once busy devices have turned it away TQ_BUSY_MAX_TRIES times in a row. */
-static void device_busy(supervisor *s, int64_t id, int dev, int report, int stopping) {
+static void device_busy(supervisor *s, worker_t *w, int stopping) {
+    const int64_t id = w->job;
+    const int dev = w->dev;
     outcome_t o, r;
     memset(&o, 0, sizeof o);
     memset(&r, 0, sizeof r);
     o.job = id;
     const char *devid = dev >= 0 && dev < s->ndev ? s->devs[dev].id : "its device";
     char why[300];
-    if (report >= 0 && read_report(report, &r) && !strcmp(r.state, "device_busy") && r.msg)
+    if (read_report(w, &r) && !strcmp(r.state, "device_busy") && r.msg)
         snprintf(why, sizeof why, "%s", r.msg);
     else
         snprintf(why, sizeof why, "the worker found %s busy", devid);
@@ -791,7 +814,9 @@ static void device_busy(supervisor *s, int64_t id, int dev, int report, int stop
                 (long long)id, why, (b->until_ms - now) / 1000.0);
     }
     turned_t *t = turned_of(s, id);
-    /* a cancel asked for meanwhile: the requeue ends it cancelled */
+    /* a cancel asked for meanwhile: the requeue ends it cancelled; a stopping daemon: a start
+     * cut short, not counted */
+    if (stopping) t->tries--;
     if (++t->tries >= TQ_BUSY_MAX_TRIES && tq_queue_cancel_requested(s->st, id) != 1) {
         char msg[600];
         snprintf(msg, sizeof msg, "a busy device turned the job away %d times in a row, over %.0f s (another process "
@@ -808,9 +833,10 @@ static void device_busy(supervisor *s, int64_t id, int dev, int report, int stop
     outcome_settle(s, &o);
 }
 
-/* After the worker of job `id` on device `dev` ended with wait status ws (report: its pipe, -1
- * none). */
-static void finalise(supervisor *s, int64_t id, int dev, int ws, int stopping, int report) {
+/* After worker w ended with wait status ws. */
+static void finalise(supervisor *s, worker_t *w, int ws, int stopping) {
+    const int64_t id = w->job;
+    const int dev = w->dev;
     outcome_t o;
     memset(&o, 0, sizeof o);
     o.job = id;
@@ -818,9 +844,10 @@ static void finalise(supervisor *s, int64_t id, int dev, int ws, int stopping, i
     if (code != TQ_WORKER_DEVICE_BUSY) turned_forget(s, id);   /* it got past opening its device, or never will */
     if (dev >= 0 && dev < s->ndev && s->busy[dev].probe == id) {   /* the device's probe ended */
         s->busy[dev].probe = 0;
-        if (code == TQ_WORKER_SUCCEEDED) s->busy[dev].streak = 0;   /* it ran there: not busy now */
+        pull_report(w, 1);
+        if (w->ready) s->busy[dev].streak = 0;   /* it held the job there: not busy now */
     }
-    if (code == TQ_WORKER_UNRECORDED && report >= 0 && read_report(report, &o)) {
+    if (code == TQ_WORKER_UNRECORDED && read_report(w, &o)) {
         outcome_settle(s, &o);
         return;
     }
@@ -837,7 +864,7 @@ static void finalise(supervisor *s, int64_t id, int dev, int ws, int stopping, i
         return;
     }
     if (code == TQ_WORKER_DEVICE_BUSY) {
-        device_busy(s, id, dev, report, stopping);
+        device_busy(s, w, stopping);
         return;
     }
     if (code == TQ_WORKER_REQUEUE || stopping) {
@@ -879,34 +906,37 @@ static void reconcile(supervisor *s) {
     tq_jobs_free(jobs, n);
 }
 
-/* Each busy device's probe (the one job trying it after its pause): once it has recorded a step
- * there, the device works and its streak is over. */
+/* Each busy device's probe (the one job trying it after its pause): once its worker says the
+ * device holds the job's engine and data ("ready" on its report pipe), the device works and its
+ * streak is over. */
 static void busy_probes(supervisor *s) {
     for (int d = 0; d < s->ndev; d++) {
         busy_t *b = &s->busy[d];
         if (!b->probe) continue;
-        tq_job j;
-        if (tq_queue_get(s->st, b->probe, &j) != 1) continue;   /* its worker's end clears it */
-        if (j.has_latest && j.latest.time_ms >= b->probe_since) {
-            fprintf(stderr, "trainq serve: %s: job %lld trains there: no longer busy\n", s->devs[d].id,
+        for (int i = 0; i < s->nw; i++) {
+            if (s->w[i].job != b->probe) continue;   /* none: its end has cleared it already */
+            pull_report(&s->w[i], 0);
+            if (!s->w[i].ready) break;
+            fprintf(stderr, "trainq serve: %s: job %lld runs there: no longer busy\n", s->devs[d].id,
                     (long long)b->probe);
             b->probe = 0;
             b->streak = 0;
+            break;
         }
-        tq_job_free(&j);
     }
 }
 
 /* devs[d].busy: why nothing is placed on d now ("" when something may be) */
 static void busy_words(supervisor *s, int d) {
     const busy_t *b = &s->busy[d];
-    char *out = s->devs[d].busy;
-    const size_t n = sizeof s->devs[d].busy;
-    if (!b->streak) out[0] = 0;
-    else if (b->probe) snprintf(out, n, "%.220s; job %lld is trying it again", b->why, (long long)b->probe);
+    char out[sizeof s->devs[d].busy] = "";
+    if (!b->streak) {}
+    else if (b->probe) snprintf(out, sizeof out, "%.220s; job %lld is trying it again", b->why, (long long)b->probe);
     else if (mono_ms() < b->until_ms)
-        snprintf(out, n, "%.220s; nothing is placed there for %.0f s more", b->why, (b->until_ms - mono_ms()) / 1000.0 + 0.5);
-    else out[0] = 0;   /* its pause is over: the next job placed there tries it */
+        snprintf(out, sizeof out, "%.220s; nothing is placed there for %.0f s more", b->why,
+                 (b->until_ms - mono_ms()) / 1000.0 + 0.5);
+    /* else its pause is over: the next job placed there tries it */
+    memcpy(s->devs[d].busy, out, sizeof out);
 }
 
 /* Forgets the busy streaks of jobs that are neither queued (q) nor running here: cancelled,
@@ -1092,7 +1122,7 @@ static int place_round(supervisor *s) {
                 if (write(logfd, head, (size_t)hn) != hn) {}
             }
             pid_t pid = spawn_worker(s->db, id, dev, gpu ? 0 : o->threads, limit, !gpu,
-                                     logfd, &report);
+                                     gpu && view[o->dev].driver_room >= 0, logfd, &report);
             if (logfd >= 0) close(logfd);
             if (pid < 0) {
                 char msg[160];
@@ -1101,14 +1131,15 @@ static int place_round(supervisor *s) {
                 tq_queue_finish(s->st, id, "failed", NULL, tq_error_name(TQ_ERR_WORKER_CRASHED), msg);
                 continue;
             }
-            s->w[s->nw] = (worker_t){ pid, id, o->dev, o->needs, gpu ? 0 : o->threads, report, "", "" };
+            s->w[s->nw] = (worker_t){ .pid = pid, .job = id, .dev = o->dev, .bytes = o->needs,
+                                      .threads = gpu ? 0 : o->threads, .report = report };
             snprintf(s->w[s->nw].owner, sizeof s->w[s->nw].owner, "%s", q[i].owner);
             snprintf(s->w[s->nw].log, sizeof s->w[s->nw].log, "%s", logpath);
             s->nw++;
             started++;
             if (s->busy[o->dev].streak > 0 && !s->busy[o->dev].probe) {
                 s->busy[o->dev].probe = id;   /* the one job trying the device after its pause */
-                s->busy[o->dev].probe_since = unix_ms();
+                busy_words(s, o->dev);        /* the jobs behind it wait for it */
             }
             fprintf(stderr, "trainq serve: job %lld: started worker %d on %s (plans %.1f MiB of %.1f MiB room%s)\n",
                     (long long)id, (int)pid, dev, o->needs / 1048576.0, o->free / 1048576.0,
@@ -1173,8 +1204,9 @@ static int reap(supervisor *s, int stopping) {
         if (r <= 0) break;
         for (int i = 0; i < s->nw; i++) {
             if (s->w[i].pid != r) continue;
-            finalise(s, s->w[i].job, s->w[i].dev, ws, stopping, s->w[i].report);
+            finalise(s, &s->w[i], ws, stopping);
             if (s->w[i].report >= 0) close(s->w[i].report);
+            free(s->w[i].rb);
             s->w[i] = s->w[--s->nw];
             n++;
             break;
@@ -1421,8 +1453,9 @@ int tq_cmd_serve(int argc, char **argv) {
             }
             for (int i = 0; i < sup.nw; i++)
                 if (sup.w[i].pid == r) {
-                    finalise(&sup, sup.w[i].job, sup.w[i].dev, ws, 1, sup.w[i].report);
+                    finalise(&sup, &sup.w[i], ws, 1);
                     if (sup.w[i].report >= 0) close(sup.w[i].report);
+                    free(sup.w[i].rb);
                     sup.w[i] = sup.w[--sup.nw];
                     break;
                 }

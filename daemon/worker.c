@@ -127,6 +127,25 @@ static int finish(tq_store *db, int64_t id, const char *state, const char *summa
     return rc;
 }
 
+/* one line on the report pipe, written whole (a line under PIPE_BUF is atomic); 0 sent */
+static int send_line(int fd, const char *t) {
+    size_t n = strlen(t), off = 0;
+    while (off < n) {
+        ssize_t k = write(fd, t + off, n - off);
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0) return -1;
+        off += (size_t)k;
+    }
+    return write(fd, "\n", 1) == 1 ? 0 : -1;
+}
+
+/* the device holds the job's engine and data: {"state":"ready"} on the report pipe (the daemon
+ * ends a busy device's pause on it) */
+static void w_ready(void *ctx) {
+    if (send_line(*(int *)ctx, "{\"state\":\"ready\"}"))
+        fprintf(stderr, "trainq worker: cannot tell the daemon the device is ready: %s\n", strerror(errno));
+}
+
 /* {"state","summary","error_code","error_message","why"} as one line on fd; 0 sent */
 static int report_outcome(int fd, const tq_summary *sum, const char *summary_json, const char *why) {
     cJSON *o = cJSON_CreateObject();
@@ -138,15 +157,7 @@ static int report_outcome(int fd, const tq_summary *sum, const char *summary_jso
     char *t = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
     if (!t) return -1;
-    size_t n = strlen(t), off = 0;
-    int rc = 0;
-    while (off < n) {
-        ssize_t k = write(fd, t + off, n - off);
-        if (k < 0 && errno == EINTR) continue;
-        if (k <= 0) { rc = -1; break; }
-        off += (size_t)k;
-    }
-    if (rc == 0 && write(fd, "\n", 1) != 1) rc = -1;
+    int rc = send_line(fd, t);
     cJSON_free(t);
     return rc;
 }
@@ -183,8 +194,10 @@ static const tq_opt worker_opts[] = {
     { "--device", NULL, "cpu|cuda:N", "where the daemon placed it (default the job's device, else cpu)", 0 },
     { "--threads", NULL, "N", "CPU threads when the job's spec sets none (its share of the cores)", 0 },
     { "--mem-limit", NULL, "BYTES", "the most the allocator hands out (the job's planned share)", 0 },
-    { "--report-fd", NULL, "FD", "where to send the outcome when the database takes no writes, or why "
-      "its device was busy", 0 },
+    { "--report-fd", NULL, "FD", "where to say that the device holds the job (a line once it does), "
+      "and to send the outcome when the database takes no writes, or why its device was busy", 0 },
+    { "--room-known", NULL, NULL, "the placement saw the driver's free memory hold the plan: a device "
+      "with less free now is busy (another process took it), not the job's failure", 0 },
     { NULL, NULL, NULL, NULL, 0 }
 };
 const tq_cmd_doc tq_doc_worker = {
@@ -201,6 +214,7 @@ const tq_cmd_doc tq_doc_worker = {
 int tq_cmd_worker(int argc, char **argv) {
     const char *db_path = NULL, *device = NULL;
     long long id = 0, threads = 0, mem_limit = 0, report_fd = -1;
+    int room_known = 0;
     int rc0 = tq_opts_check(&tq_doc_worker, argc, argv);
     if (rc0 >= 0) return rc0;
     for (int i = 0; i < argc; i++) {
@@ -210,6 +224,7 @@ int tq_cmd_worker(int argc, char **argv) {
         else if (!strcmp(argv[i], "--threads") && i + 1 < argc) threads = atoll(argv[++i]);
         else if (!strcmp(argv[i], "--mem-limit") && i + 1 < argc) mem_limit = atoll(argv[++i]);
         else if (!strcmp(argv[i], "--report-fd") && i + 1 < argc) report_fd = atoll(argv[++i]);
+        else if (!strcmp(argv[i], "--room-known")) room_known = 1;
         else { fprintf(stderr, "trainq worker: unexpected argument %s\n", argv[i]); return TQ_WORKER_USAGE; }
     }
     tq_devsel dsel;
@@ -276,7 +291,9 @@ int tq_cmd_worker(int argc, char **argv) {
     char out[TQ_PATH_MAX + 64];
     job_dir(db_path, id, out, sizeof out);
     wctx w = { db, id, sp.checkpoint_every, 0, 0, 0, TQ_STORE_FAULT_NONE, "" };
-    tq_run_opts o = { out, 1, { &w, w_step, w_eval, w_stop, w_checkpoint }, mem_limit, NULL, 1 };
+    int rfd = (int)report_fd;
+    tq_run_opts o = { out, 1, { &w, w_step, w_eval, w_stop, w_checkpoint }, mem_limit, NULL, room_known ? 2 : 1,
+                      report_fd >= 0 ? w_ready : NULL, &rfd };
     fprintf(stderr, "trainq worker: job %lld: training (%s, files in %s)\n", id, tq_model_name(sp.model), out);
     tq_summary sum;
     tq_train(&sp, &o, &sum);

@@ -897,9 +897,10 @@ int tq_train(const tq_spec *sp, const tq_run_opts *o, tq_summary *sum) {
                  plan.total + plan.data, (plan.total + plan.data) / 1048576.0, plan.total, plan.data, sum->device,
                  dev_free, dev_free / 1048576.0, dev_total);
         fail(sum, TQ_ERR_OUT_OF_MEMORY, err); rc = TQ_ENOMEM;
-        /* placed there by the daemon, which saw room for the plan: another process took the
-         * memory since — the device is busy, and the job goes back to the queue (not its failure) */
-        if (o->placed) {
+        /* placed there by the daemon, which saw the driver's free memory hold the plan: another
+         * process took the memory since — the device is busy, and the job goes back to the queue
+         * (not its failure). Placed by the budget alone (no driver numbers), it is the job's. */
+        if (o->placed == 2) {
             size_t l = strlen(sum->error_message);
             snprintf(sum->error_message + l, sizeof sum->error_message - l,
                      ": another process took memory since the placement");
@@ -916,6 +917,7 @@ int tq_train(const tq_spec *sp, const tq_run_opts *o, tq_summary *sum) {
         else fail(sum, TQ_ERR_BACKEND_ERROR, r.be->err);
         goto done;
     }
+    if (o->on_ready) o->on_ready(o->ready_ctx);   /* the device holds the engine and the data */
     for (int c = 0; c < 3; c++) { r.mean[c] = ds.mean[c]; r.inv_std[c] = 1.0f / ds.std[c]; }
     r.idx_host = malloc(sizeof(int32_t) * b);
     r.aug_host = malloc(sizeof(tq_aug) * b);

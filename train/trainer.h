@@ -26,7 +26,12 @@ typedef struct {
     int placed;              /* 1: the daemon placed the job on spec->device (trainq worker): a
                               * device that cannot be opened is reported as the placement's, with
                               * the requeue that retries it, not as the spec's choice, and one
-                              * found busy sets the summary's device_busy */
+                              * found busy sets the summary's device_busy; 2: placed, and the
+                              * placement saw the driver's free memory hold the plan, so a device
+                              * with less free than the plan now is busy too (not the job's fault) */
+    void (*on_ready)(void *ctx);   /* NULL, or called once when the device holds the job's engine
+                                    * and data (it works: the daemon ends a busy device's pause) */
+    void *ready_ctx;
 } tq_run_opts;
 
 int tq_train(const tq_spec *spec, const tq_run_opts *opts, tq_summary *sum);

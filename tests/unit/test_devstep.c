@@ -271,7 +271,7 @@ static int run(const char *json, const char *out, recs *r, tq_summary *sum, int 
     tq_spec sp;
     spec_from(&sp, json);
     memset(r, 0, sizeof *r);
-    tq_run_opts o = {out, 0, {r, on_step, on_eval, NULL, NULL}, 0, NULL, 0};
+    tq_run_opts o = {out, 0, {r, on_step, on_eval, NULL, NULL}, 0, NULL, 0, NULL, NULL};
     /* 1: the device-step loop, uncaptured; 2: its capture attempted (which fails on the CPU) */
     if (devstep) setenv("TQ_DEVICE_STEP", devstep == 2 ? "capture" : "1", 1);
     int rc = tq_train(&sp, &o, sum);
@@ -412,7 +412,7 @@ static void test_stop_in_flight_and_resume(void **state) {
     assert_int_equal(run(js, d1, full, &s, 0), 0);
     tq_spec sp;
     spec_from(&sp, js);
-    tq_run_opts o = {d2, 0, {part, on_step, on_eval, stop_fn, NULL}, 0, NULL, 0};
+    tq_run_opts o = {d2, 0, {part, on_step, on_eval, stop_fn, NULL}, 0, NULL, 0, NULL, NULL};
     setenv("TQ_DEVICE_STEP", "1", 1);
     g_calls = 0; g_stop_after = 4;   /* asked while step 4 is recorded, step 5 in flight */
     assert_int_equal(tq_train(&sp, &o, &ps), 0);

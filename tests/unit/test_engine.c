@@ -35,7 +35,7 @@ static int run(const char *json, const char *out, recs *r, tq_summary *sum) {
     tq_spec sp;
     spec_from(&sp, json);
     memset(r, 0, sizeof *r);
-    tq_run_opts o = {out, 0, {r, on_step, on_eval, NULL, NULL}, 0, NULL, 0};
+    tq_run_opts o = {out, 0, {r, on_step, on_eval, NULL, NULL}, 0, NULL, 0, NULL, NULL};
     return tq_train(&sp, &o, sum);
 }
 
@@ -277,7 +277,7 @@ static void test_resume_same_numbers(void **st) {
     assert_int_equal(run(js, d1, full, &s), 0);
     tq_spec sp;
     spec_from(&sp, js);
-    tq_run_opts o = {d2, 0, {part, on_step, on_eval, stop_fn, NULL}, 0, NULL, 0};
+    tq_run_opts o = {d2, 0, {part, on_step, on_eval, stop_fn, NULL}, 0, NULL, 0, NULL, NULL};
     g_calls = 0; g_stop_after = 4;
     assert_int_equal(tq_train(&sp, &o, &ps), 0);
     assert_string_equal(ps.state, "cancelled");
@@ -307,6 +307,8 @@ static void expect_failure(const char *json, const char *code, const char *needl
     assert_non_null(strstr(sum.error_message, needle));
     free(r);
 }
+
+static void count_ready(void *ctx) { ++*(int *)ctx; }
 
 /* the CPU backend's mem_info as a GPU's (backend.h): -1 none, else these bytes free */
 static long long g_device_free = -1;
@@ -347,7 +349,7 @@ static void test_bad_input(void **st) {
     {
         tq_spec sp;
         spec_from(&sp, "{\"model\":\"cnn\",\"steps\":1,\"device\":\"cuda:0\"," SYN_DATA "}");
-        tq_run_opts o = {NULL, 0, {r, on_step, on_eval, NULL, NULL}, 0, NULL, 1};
+        tq_run_opts o = {NULL, 0, {r, on_step, on_eval, NULL, NULL}, 0, NULL, 1, NULL, NULL};
         assert_int_not_equal(tq_train(&sp, &o, &sum), 0);
         assert_string_equal(sum.error_code, "device_unavailable");
         if (strncmp(sum.error_message, "placed on cuda:0, but ", 22) || !strstr(sum.error_message, "/requeue"))
@@ -375,21 +377,31 @@ static void test_bad_input(void **st) {
         assert_int_equal(tq_train(&sp, &o, &sum), 0);
         assert_string_equal(sum.state, "succeeded");
         unsetenv("TQ_TEST_DEVICE_BUSY");
-        /* its device has less free than its plan: placed there (the daemon saw room), another
-         * process took memory since — busy, back to the queue; unplaced, the job's failure */
+        /* its device has less free than its plan: placed there where the daemon saw the driver's
+         * free memory hold the plan (placed 2), another process took memory since — busy, back
+         * to the queue; placed by the budget alone (1) or unplaced, the job's failure */
         g_device_free = 1024;
+        o.placed = 2;
+        int ready = 0;
+        o.on_ready = count_ready;
+        o.ready_ctx = &ready;
         assert_int_not_equal(tq_train(&sp, &o, &sum), 0);
+        assert_int_equal(ready, 0);   /* never held: not ready */
         assert_string_equal(sum.error_code, "out_of_memory");
         assert_int_equal(sum.device_busy, 1);
         if (!strstr(sum.error_message, "another process took memory since the placement"))
             fail_msg("message: %s", sum.error_message);
-        o.placed = 0;
-        assert_int_not_equal(tq_train(&sp, &o, &sum), 0);
-        assert_string_equal(sum.error_code, "out_of_memory");
-        assert_int_equal(sum.device_busy, 0);
-        g_device_free = 1LL << 40;   /* room: it trains */
+        for (int pl = 1; pl >= 0; pl--) {
+            o.placed = pl;
+            assert_int_not_equal(tq_train(&sp, &o, &sum), 0);
+            assert_string_equal(sum.error_code, "out_of_memory");
+            assert_int_equal(sum.device_busy, 0);
+        }
+        g_device_free = 1LL << 40;   /* room: it trains, and says so once, before its first step */
+        o.placed = 2;
         assert_int_equal(tq_train(&sp, &o, &sum), 0);
         assert_string_equal(sum.state, "succeeded");
+        assert_int_equal(ready, 1);
         g_device_free = -1;
     }
     free(r); free(d); free(d2);

@@ -227,7 +227,7 @@ static void run(const char *json, const char *profile, recs *r, tq_summary *sum)
     int rc = tq_spec_parse(&sp, json, &e);
     if (rc) fail_msg("spec: %s: %s", e.field, e.message);
     memset(r, 0, sizeof *r);
-    tq_run_opts o = { NULL, 0, { r, on_step, on_eval, NULL, NULL }, 0, profile, 0 };
+    tq_run_opts o = { NULL, 0, { r, on_step, on_eval, NULL, NULL }, 0, profile, 0, NULL, NULL };
     assert_int_equal(tq_train(&sp, &o, sum), 0);
 }
 
