@@ -277,7 +277,11 @@ static int cmd_run(int argc, char **argv) {
     free(spec_json);
     signal(SIGINT, on_signal);
     signal(SIGTERM, on_signal);
-    tq_run_opts o = {out, resume, {&c, cb_step, cb_eval, cb_stop, NULL}, 0, profile, 0, NULL, NULL};
+    /* TQ_TEST_PLACED=1: run as a job the daemon placed (gpu-check's busy GPU: a device that
+     * cannot be opened is the placement's, and a busy one says so) */
+    const char *tp = getenv("TQ_TEST_PLACED");
+    tq_run_opts o = {out, resume, {&c, cb_step, cb_eval, cb_stop, NULL}, 0, profile, tp && !strcmp(tp, "1"),
+                     NULL, NULL};
     tq_summary sum;
     if (pick_code[0]) {   /* the auto batch could not be resolved: a failed job, as tq_train's */
         memset(&sum, 0, sizeof sum);

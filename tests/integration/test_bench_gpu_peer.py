@@ -245,3 +245,27 @@ def test_stale_bundle_is_refused(tmp_path):
     out = r.stdout + r.stderr + (report.read_text() if report.exists() else "")
     assert "was built from other sources (0123456789abcdef, abc1234-dirty" in out, out[-2000:]
     assert h.stdout.strip() in out
+
+
+def test_busy_gpu_check_mechanics_and_report(tmp_path):
+    """gpu-check's busy-GPU check without a GPU: the other process (here a stand-in that only says
+    what it holds) is started and stopped around a placed run of cuda:0 (TQ_TEST_PLACED=1), whose
+    failure here is a missing GPU, not a busy one: the check must say FAIL, and the report renders
+    both ways."""
+    gc = load_gpu_check()
+    gc.HOG = "import sys; print('hog: holds 1073741824 bytes, 0 free of 1073741824', flush=True); sys.stdin.read()"
+    r = gc.busy_gpu(str(TRAINQ), dict(os.environ), str(tmp_path))
+    assert r["hog"].startswith("hog: holds 1073741824") and r["code"] == "device_unavailable", r
+    assert r["message"].startswith("placed on cuda:0, but ") and r["pass"] is False, r
+    ok = dict(r, message="placed on cuda:0, but cudaSetDevice on cuda:0: out of memory (cudaErrorMemoryAllocation): "
+                         "another process took the GPU since the placement", **{"pass": True})
+    saved = {"info": {"date": "2026-12-08 01:00 UTC", "gpu": "NVIDIA H100 80GB HBM3"}, "ops": {},
+             "oom": {"state": "failed", "code": "out_of_memory", "message": "needs … free", "steps_recorded": 0,
+                     "predicted_peak": 1, "busy": ok, "pass": True}}
+    (tmp_path / "run.json").write_text(json.dumps(saved))
+    report = tmp_path / "gpu-check.md"
+    p = subprocess.run([sys.executable, str(GPU_CHECK), "--render", str(tmp_path / "run.json"), "--report", str(report)],
+                       stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    md = report.read_text()
+    assert "must fail a placed job's open *as busy*" in md and "**PASS** — state failed" in md, md
