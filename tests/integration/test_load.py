@@ -20,6 +20,7 @@ import json
 import os
 import signal
 import socket
+import sqlite3
 import threading
 import time
 
@@ -38,7 +39,23 @@ def held(make_daemon):
     jid = d.submit(long_job(name="holder"))["id"]
     d.wait_state(jid, "running", timeout=60)
     pid = the_worker(d, jid)
-    os.kill(pid, signal.SIGSTOP)
+    # stopped where it holds no write lock on the database: a worker stopped inside a step's
+    # commit (durable: an fsync long) would make every write of the API wait for it, which is not
+    # what these tests hold (a full CPU slot)
+    for _ in range(50):
+        os.kill(pid, signal.SIGSTOP)
+        con = sqlite3.connect(str(d.db), timeout=0.2)
+        try:
+            con.execute("BEGIN IMMEDIATE")
+            con.execute("ROLLBACK")
+            break
+        except sqlite3.OperationalError:
+            os.kill(pid, signal.SIGCONT)
+            time.sleep(0.05)
+        finally:
+            con.close()
+    else:
+        pytest.fail("the worker held the database's write lock at every stop")
     d.holder = jid
     try:
         yield d
