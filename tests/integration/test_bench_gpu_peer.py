@@ -77,6 +77,16 @@ def load_gpu_check():
     return mod
 
 
+def render(tmp_path, saved):
+    """gpu-check --render of a saved run: the markdown report."""
+    (tmp_path / "run.json").write_text(json.dumps(saved))
+    report = tmp_path / "gpu-check.md"
+    r = subprocess.run([sys.executable, str(GPU_CHECK), "--render", str(tmp_path / "run.json"), "--report", str(report)],
+                       stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    return report.read_text()
+
+
 def test_compile_targets_and_render(tmp_path):
     gc = load_gpu_check()
     assert gc.card_peak("NVIDIA H100 80GB HBM3")[:2] == (989.4, 494.7)
@@ -101,12 +111,7 @@ def test_compile_targets_and_render(tmp_path):
     assert fp32["peak_tflops"] == 494.7 and fp32["targets"] == {"≥ 1.0× PyTorch eager (TF32 alike)": False}
     saved = {"info": {"date": "2026-12-06 18:00 UTC", "gpu": "NVIDIA H100 80GB HBM3"}, "ops": {},
              "compile": {"cells": [fp16, fp32], "card": "NVIDIA H100 80GB HBM3", "wall_s": 420.0}}
-    (tmp_path / "run.json").write_text(json.dumps(saved))
-    report = tmp_path / "gpu-check.md"
-    r = subprocess.run([sys.executable, str(GPU_CHECK), "--render", str(tmp_path / "run.json"), "--report", str(report)],
-                       stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60)
-    assert r.returncode == 0, r.stderr
-    md = report.read_text()
+    md = render(tmp_path, saved)
     assert "## torch.compile: resnet50 3×32×32, batch 128 (issue 18" in md
     assert "| fp16 | torch.compile max-autotune | 16000 | 1.25× |" in md
     assert "| fp32 | torch.compile max-autotune | timed out after 590 s (compiling, probably) |" in md
@@ -262,10 +267,5 @@ def test_busy_gpu_check_mechanics_and_report(tmp_path):
     saved = {"info": {"date": "2026-12-08 01:00 UTC", "gpu": "NVIDIA H100 80GB HBM3"}, "ops": {},
              "oom": {"state": "failed", "code": "out_of_memory", "message": "needs … free", "steps_recorded": 0,
                      "predicted_peak": 1, "busy": ok, "pass": True}}
-    (tmp_path / "run.json").write_text(json.dumps(saved))
-    report = tmp_path / "gpu-check.md"
-    p = subprocess.run([sys.executable, str(GPU_CHECK), "--render", str(tmp_path / "run.json"), "--report", str(report)],
-                       stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60)
-    assert p.returncode == 0, p.stderr
-    md = report.read_text()
+    md = render(tmp_path, saved)
     assert "must fail a placed job's open *as busy*" in md and "**PASS** — state failed" in md, md
