@@ -555,6 +555,11 @@ typedef struct {
 } busy_t;
 #define BUSY_FORGET_MS (10 * 60 * 1000.0)
 
+/* a streak with no busy report for BUSY_FORGET_MS is over */
+static void busy_forget(busy_t *b, double now) {
+    if (now - b->last_ms > BUSY_FORGET_MS) b->streak = 0;
+}
+
 /* a job busy devices turned away, in a row (TQ_BUSY_MAX_TRIES fails it); forgotten on any
  * other end of its worker, and once it is neither queued nor running (turned_prune) */
 typedef struct {
@@ -805,7 +810,7 @@ static void device_busy(supervisor *s, worker_t *w, int stopping) {
     double now = mono_ms();
     if (dev >= 0 && dev < s->ndev && !stopping) {
         busy_t *b = &s->busy[dev];
-        if (now - b->last_ms > BUSY_FORGET_MS) b->streak = 0;
+        busy_forget(b, now);
         b->streak++;
         b->last_ms = now;
         b->until_ms = now + busy_pause_ms(b->streak);
@@ -1046,7 +1051,7 @@ static int place_round(supervisor *s) {
         sd[d].max_jobs = view[d].max_jobs;
         sd[d].cores = view[d].cores;
         busy_t *b = &s->busy[d];
-        if (b->streak && !b->probe && mono_ms() - b->last_ms > BUSY_FORGET_MS) b->streak = 0;
+        if (!b->probe) busy_forget(b, mono_ms());   /* a probe out: its end decides */
         sd[d].busy = b->streak > 0 && (mono_ms() < b->until_ms || b->probe);
         sd[d].probe = b->streak > 0 && !sd[d].busy;   /* one job may try it */
         busy_words(s, d);
