@@ -9,7 +9,9 @@ import { h, clear, getJSON, send, banner, fmtBytes, fmtNum, fmtPct, fmtDur, fmtA
 const REFRESH_MS = 5000;
 const MAX_STREAMS = 4;
 
-export function waitingText(j) {
+// brief: the queue table's cell, where a busy device's words (on its card above, and in the
+// cell's title) would push the table wider than the page
+export function waitingText(j, brief = false) {
   const w = j.waiting_for;
   if (!w) return "";
   switch (w.reason) {
@@ -19,7 +21,7 @@ export function waitingText(j) {
     case "storage": return `the database: ${w.message || "cannot be written"}`;
     case "dependency": return `job${(w.after || []).length > 1 ? "s" : ""} ${(w.after || []).map(i => "#" + i).join(", ")} to succeed (after)`;
     case "user_limit": return "its owner runs their maximum of jobs";
-    case "device_busy": return `${w.device} is busy${w.message ? ": " + w.message : ""}`;
+    case "device_busy": return brief ? `${w.device} is busy (why: on its card)` : `${w.device} is busy${w.message ? ": " + w.message : ""}`;
     default: return w.reason + (w.device ? ` (${w.device})` : "") + (w.message ? `: ${w.message}` : "");
   }
 }
@@ -132,7 +134,7 @@ export async function queuePage(main) {
     const rows = [...queued].sort((a, b) => (a.queue_position ?? 1e9) - (b.queue_position ?? 1e9)).map((j) =>
       h("tr", {}, h("td", { class: "num" }, j.queue_position ?? "–"), h("td", {}, jobLink(j), h("span", { class: "muted" }, ` #${j.id}`)),
         h("td", {}, j.owner ?? "–"), h("td", { class: "num" }, j.priority ?? 0), h("td", {}, j.spec?.device ?? "auto"),
-        h("td", { class: "num" }, fmtBytes(j.planned_peak_bytes)), h("td", {}, waitingText(j) || "–"),
+        h("td", { class: "num" }, fmtBytes(j.planned_peak_bytes)), h("td", { title: waitingText(j) || null }, waitingText(j, true) || "–"),
         h("td", {}, fmtAgo(j.created_at)), h("td", {}, jobActions(j, refresh))));
     clear(queuedBox, h("table", { class: "grid" },
       h("thead", {}, h("tr", {}, ["#", "job", "owner", "priority", "device", "planned peak", "waiting for", "submitted", ""].map((t) => h("th", {}, t)))),
